@@ -1,0 +1,169 @@
+"""Error codes and the exceptions clients raise for them.
+
+One vocabulary for the whole system, named after Kafka's protocol errors so a
+Kafka user needs no translation. Three kinds are kept apart:
+
+* ``ErrorCode`` travels on the wire: a peer or request outcome, never a crash.
+* ``AdsError`` and its subclasses are what a client raises for a code, with a
+  message a person can act on and a ``retriable`` flag the client's retry loop
+  reads.
+* ``InvariantViolation`` is a bug in ADS itself; it is raised, never answered,
+  and it is not an ``AdsError`` so that no retry loop swallows it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    """Wire error codes; the numbers are Kafka's where Kafka has the error."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    RECORD_TOO_LARGE = 10
+    NETWORK_EXCEPTION = 13
+    INVALID_TOPIC_EXCEPTION = 17
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    REASSIGNMENT_IN_PROGRESS = 60
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
+    OFFSET_NOT_AVAILABLE = 78
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    INCONSISTENT_TOPIC_ID = 103
+    INELIGIBLE_REPLICA = 107
+    STALE_CONTROLLER_EPOCH = 11
+
+
+# Codes a client may retry after refreshing metadata or waiting; Kafka's list.
+RETRIABLE_CODES = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.NOT_CONTROLLER,
+    }
+)
+
+
+class InvariantViolation(Exception):
+    """A replication or storage invariant is broken: a bug. Crash loudly."""
+
+
+class AdsError(Exception):
+    """Base of every error a client or the CLI reports for an error code."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    retriable: bool = False
+
+    def __init__(self, message: str = "", code: ErrorCode | None = None):
+        if code is not None:
+            self.code = code
+            self.retriable = code in RETRIABLE_CODES
+        super().__init__(f"{self.code.name}: {message}" if message else self.code.name)
+        self.message = message
+
+
+def _class_name(code: ErrorCode) -> str:
+    words = code.name.lower().split("_")
+    name = "".join(w.capitalize() for w in words)
+    if name.endswith("Exception"):
+        name = name[: -len("Exception")]
+    return name + "Error"
+
+
+_ERROR_CLASSES: dict[ErrorCode, type[AdsError]] = {}
+for _code in ErrorCode:
+    if _code is ErrorCode.NONE:
+        continue
+    _cls = type(
+        _class_name(_code),
+        (AdsError,),
+        {"code": _code, "retriable": _code in RETRIABLE_CODES, "__module__": __name__},
+    )
+    _ERROR_CLASSES[_code] = _cls
+    globals()[_cls.__name__] = _cls
+
+# Explicit names for linters and readers; they are the classes made above.
+UnknownServerError = _ERROR_CLASSES[ErrorCode.UNKNOWN_SERVER_ERROR]
+OffsetOutOfRangeError = _ERROR_CLASSES[ErrorCode.OFFSET_OUT_OF_RANGE]
+CorruptMessageError = _ERROR_CLASSES[ErrorCode.CORRUPT_MESSAGE]
+UnknownTopicOrPartitionError = _ERROR_CLASSES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+LeaderNotAvailableError = _ERROR_CLASSES[ErrorCode.LEADER_NOT_AVAILABLE]
+NotLeaderOrFollowerError = _ERROR_CLASSES[ErrorCode.NOT_LEADER_OR_FOLLOWER]
+RequestTimedOutError = _ERROR_CLASSES[ErrorCode.REQUEST_TIMED_OUT]
+RecordTooLargeError = _ERROR_CLASSES[ErrorCode.RECORD_TOO_LARGE]
+NetworkExceptionError = _ERROR_CLASSES[ErrorCode.NETWORK_EXCEPTION]
+InvalidTopicError = _ERROR_CLASSES[ErrorCode.INVALID_TOPIC_EXCEPTION]
+NotEnoughReplicasError = _ERROR_CLASSES[ErrorCode.NOT_ENOUGH_REPLICAS]
+NotEnoughReplicasAfterAppendError = _ERROR_CLASSES[ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND]
+InvalidRequiredAcksError = _ERROR_CLASSES[ErrorCode.INVALID_REQUIRED_ACKS]
+TopicAlreadyExistsError = _ERROR_CLASSES[ErrorCode.TOPIC_ALREADY_EXISTS]
+InvalidPartitionsError = _ERROR_CLASSES[ErrorCode.INVALID_PARTITIONS]
+InvalidReplicationFactorError = _ERROR_CLASSES[ErrorCode.INVALID_REPLICATION_FACTOR]
+InvalidReplicaAssignmentError = _ERROR_CLASSES[ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+InvalidConfigError = _ERROR_CLASSES[ErrorCode.INVALID_CONFIG]
+NotControllerError = _ERROR_CLASSES[ErrorCode.NOT_CONTROLLER]
+InvalidRequestError = _ERROR_CLASSES[ErrorCode.INVALID_REQUEST]
+OutOfOrderSequenceNumberError = _ERROR_CLASSES[ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+DuplicateSequenceNumberError = _ERROR_CLASSES[ErrorCode.DUPLICATE_SEQUENCE_NUMBER]
+InvalidProducerEpochError = _ERROR_CLASSES[ErrorCode.INVALID_PRODUCER_EPOCH]
+KafkaStorageErrorError = _ERROR_CLASSES[ErrorCode.KAFKA_STORAGE_ERROR]
+UnknownProducerIdError = _ERROR_CLASSES[ErrorCode.UNKNOWN_PRODUCER_ID]
+FencedLeaderEpochError = _ERROR_CLASSES[ErrorCode.FENCED_LEADER_EPOCH]
+UnknownLeaderEpochError = _ERROR_CLASSES[ErrorCode.UNKNOWN_LEADER_EPOCH]
+StaleBrokerEpochError = _ERROR_CLASSES[ErrorCode.STALE_BROKER_EPOCH]
+OffsetNotAvailableError = _ERROR_CLASSES[ErrorCode.OFFSET_NOT_AVAILABLE]
+ElectionNotNeededError = _ERROR_CLASSES[ErrorCode.ELECTION_NOT_NEEDED]
+EligibleLeadersNotAvailableError = _ERROR_CLASSES[ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE]
+InconsistentTopicIdError = _ERROR_CLASSES[ErrorCode.INCONSISTENT_TOPIC_ID]
+StaleControllerEpochError = _ERROR_CLASSES[ErrorCode.STALE_CONTROLLER_EPOCH]
+# Kafka spells the storage error KafkaStorageException; keep a readable alias.
+StorageError = KafkaStorageErrorError
+
+
+def error_for(code: ErrorCode | int, message: str = "") -> AdsError:
+    """The exception a client raises for ``code`` (any unknown number is a server error)."""
+    try:
+        code = ErrorCode(code)
+    except ValueError:
+        return UnknownServerError(f"unknown error code {code}: {message}")
+    if code is ErrorCode.NONE:
+        raise InvariantViolation("error_for(NONE): a success is not an error")
+    return _ERROR_CLASSES[code](message)

@@ -1,0 +1,207 @@
+"""Record schemas and the batch header: the one data format of ADS.
+
+Producers send batches in ``PRODUCE_SCHEMA``; the leader adds the ``offset``
+column and a ``BatchHeader`` and from then on the batch is immutable: the same
+Arrow body is written to the leader's segment, copied by followers, and served
+to consumers. The header travels as the record batch's IPC custom metadata so a
+segment file stays a plain Arrow IPC stream that any Arrow tool can open.
+
+The CRC covers the Arrow message body (the column buffers, whose layout the
+Arrow format fixes) and every header field but the CRC itself, so a torn or
+corrupt write is detected both on recovery and when a follower receives a batch.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from ads_spark.errors import CorruptMessageError, InvalidRequestError
+
+HEADER_TYPE = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+
+# What a producer sends. ``timestamp`` is the record's create time in ms.
+PRODUCE_SCHEMA = pa.schema(
+    [
+        pa.field("timestamp", pa.timestamp("ms"), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+
+# What is stored, replicated and fetched: the produce columns plus the offset.
+RECORD_SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False), *PRODUCE_SCHEMA])
+
+TIMESTAMP_TYPE_CREATE_TIME = 0
+TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+_META_PREFIX = "ads."
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """Batch-level metadata; offsets in the batch are base_offset .. base_offset + record_count - 1."""
+
+    base_offset: int
+    record_count: int  # > 0: an empty batch is never stored
+    leader_epoch: int  # epoch of the leader that appended the batch
+    max_timestamp_ms: int
+    timestamp_type: int = TIMESTAMP_TYPE_CREATE_TIME
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    crc: int = 0
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return self.base_sequence + self.record_count - 1
+
+    def _fields_without_crc(self) -> bytes:
+        return (
+            f"{self.base_offset},{self.record_count},{self.leader_epoch},{self.max_timestamp_ms},"
+            f"{self.timestamp_type},{self.producer_id},{self.producer_epoch},{self.base_sequence}"
+        ).encode()
+
+    def to_metadata(self) -> dict[str, str]:
+        return {
+            "ads.base_offset": str(self.base_offset),
+            "ads.record_count": str(self.record_count),
+            "ads.leader_epoch": str(self.leader_epoch),
+            "ads.max_timestamp_ms": str(self.max_timestamp_ms),
+            "ads.timestamp_type": str(self.timestamp_type),
+            "ads.producer_id": str(self.producer_id),
+            "ads.producer_epoch": str(self.producer_epoch),
+            "ads.base_sequence": str(self.base_sequence),
+            "ads.crc": str(self.crc),
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata) -> "BatchHeader":
+        """Parse IPC custom metadata (a KeyValueMetadata or a dict of str/bytes)."""
+        if metadata is None:
+            raise CorruptMessageError("record batch has no ADS header metadata")
+        get = _metadata_getter(metadata)
+        try:
+            return cls(
+                base_offset=int(get("ads.base_offset")),
+                record_count=int(get("ads.record_count")),
+                leader_epoch=int(get("ads.leader_epoch")),
+                max_timestamp_ms=int(get("ads.max_timestamp_ms")),
+                timestamp_type=int(get("ads.timestamp_type")),
+                producer_id=int(get("ads.producer_id")),
+                producer_epoch=int(get("ads.producer_epoch")),
+                base_sequence=int(get("ads.base_sequence")),
+                crc=int(get("ads.crc")),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CorruptMessageError(f"malformed ADS batch header: {exc}") from exc
+
+
+def _metadata_getter(metadata):
+    if isinstance(metadata, dict):
+        normalized = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in metadata.items()
+        }
+        return normalized.__getitem__
+
+    def get(key: str) -> str:
+        value = metadata.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value.decode() if isinstance(value, bytes) else value
+
+    return get
+
+
+def batch_body(batch: pa.RecordBatch) -> pa.Buffer:
+    """The Arrow IPC message body of ``batch``: its buffers as the format lays them out."""
+    return pa.ipc.read_message(batch.serialize()).body
+
+
+def compute_crc(batch: pa.RecordBatch, header: BatchHeader) -> int:
+    crc = zlib.crc32(header._fields_without_crc())
+    return zlib.crc32(batch_body(batch), crc)
+
+
+def seal(batch: pa.RecordBatch, header: BatchHeader) -> BatchHeader:
+    """The header with its CRC filled in for ``batch``."""
+    return replace(header, crc=compute_crc(batch, header))
+
+
+def verify(batch: pa.RecordBatch, header: BatchHeader) -> None:
+    """Raise CorruptMessageError unless the batch matches its header (offsets, count, CRC)."""
+    if batch.num_rows != header.record_count or header.record_count <= 0:
+        raise CorruptMessageError(
+            f"batch at offset {header.base_offset} has {batch.num_rows} rows, header says {header.record_count}"
+        )
+    actual = compute_crc(batch, header)
+    if actual != header.crc:
+        raise CorruptMessageError(
+            f"CRC mismatch in batch at offset {header.base_offset}: stored {header.crc}, computed {actual}"
+        )
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def conform_produce_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Check a producer's batch against PRODUCE_SCHEMA; cast compatible types, reject the rest.
+
+    Accepts a batch with only ``value`` (and optionally key/headers/timestamp); fills
+    missing optional columns with nulls and a missing timestamp with now.
+    """
+    if batch.num_rows == 0:
+        raise InvalidRequestError("empty record batch: a produce request needs at least one record")
+    names = set(batch.schema.names)
+    unknown = names - set(PRODUCE_SCHEMA.names)
+    if unknown:
+        raise InvalidRequestError(
+            f"unknown column(s) {sorted(unknown)} in produce batch; expected {PRODUCE_SCHEMA.names}"
+        )
+    if "value" not in names:
+        raise InvalidRequestError("produce batch has no 'value' column")
+    columns = []
+    for field in PRODUCE_SCHEMA:
+        if field.name in names:
+            column = batch.column(field.name)
+            if column.type != field.type:
+                try:
+                    column = column.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise InvalidRequestError(
+                        f"column '{field.name}' has type {column.type}, expected {field.type}"
+                    ) from exc
+        elif field.name == "timestamp":
+            column = pa.array([now_ms()] * batch.num_rows, pa.timestamp("ms"))
+        else:
+            column = pa.nulls(batch.num_rows, field.type)
+        if not field.nullable and column.null_count:
+            raise InvalidRequestError(f"column '{field.name}' must not contain nulls")
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=PRODUCE_SCHEMA)
+
+
+def batch_size_bytes(batch: pa.RecordBatch) -> int:
+    return batch.nbytes
