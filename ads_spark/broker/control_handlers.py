@@ -1,0 +1,122 @@
+"""Handlers for what the controller tells a broker: leader-and-isr, metadata, stop-replica.
+
+These arrive batched (one request per broker for many partitions) and carry the
+controller epoch; a request from an older controller epoch than one already
+obeyed is refused with STALE_CONTROLLER_EPOCH, so a deposed controller cannot
+move leadership. Per-partition outcomes are error codes in the response.
+
+Request shapes (docs/DESIGN.md):
+  leader_and_isr: {"controller_id", "controller_epoch", "partitions": [{"topic", "partition",
+      "topic_id", "leader", "leader_epoch", "isr", "elr", "replicas", "observers",
+      "partition_epoch", "config": {topic overrides}}], "brokers": [{"id","host","port","rack"}]}
+  stop_replica: {"controller_epoch", "partitions": [{"topic", "partition", "delete": bool}]}
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from ads_spark.client import wire
+from ads_spark.errors import AdsError, StaleControllerEpochError
+from ads_spark.broker.fetcher import LeaderEndpoint
+from ads_spark.broker.partition import PartitionRole
+from ads_spark.records import now_ms
+
+log = logging.getLogger("ads.broker.control")
+
+
+class ControlHandlers:
+    def __init__(self, broker):
+        self.broker = broker
+        self._epoch_lock = threading.Lock()
+        self._controller_epoch = -1
+
+    def _check_controller_epoch(self, body: dict[str, Any]) -> None:
+        epoch = wire.require(body, "controller_epoch", int, "controller request")
+        with self._epoch_lock:
+            if epoch < self._controller_epoch:
+                raise StaleControllerEpochError(
+                    f"request from controller epoch {epoch}; broker {self.broker.broker_id} already follows "
+                    f"epoch {self._controller_epoch}"
+                )
+            self._controller_epoch = epoch
+
+    def handle_leader_and_isr(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_controller_epoch(body)
+        brokers = {int(b["id"]): b for b in body.get("brokers", [])}
+        results = []
+        for entry in wire.require(body, "partitions", list, "leader_and_isr"):
+            item = {"topic": entry.get("topic"), "partition": entry.get("partition"), "error_code": 0}
+            try:
+                self._apply_one(entry, brokers)
+            except AdsError as exc:
+                item.update(error_code=int(exc.code), message=exc.message or str(exc))
+            results.append(item)
+        return {"error_code": 0, "partitions": results}
+
+    def _apply_one(self, entry: dict[str, Any], brokers: dict[int, dict]) -> None:
+        what = "leader_and_isr partition"
+        topic = wire.require(entry, "topic", str, what)
+        number = wire.require(entry, "partition", int, what)
+        role = PartitionRole(
+            leader_id=wire.require(entry, "leader", int, what),
+            leader_epoch=wire.require(entry, "leader_epoch", int, what),
+            partition_epoch=wire.optional(entry, "partition_epoch", int, -1, what),
+            isr=tuple(wire.require(entry, "isr", list, what)),
+            replicas=tuple(wire.require(entry, "replicas", list, what)),
+            observers=tuple(wire.optional(entry, "observers", list, [], what)),
+            elr=tuple(wire.optional(entry, "elr", list, [], what)),
+        )
+        me = self.broker.broker_id
+        if me not in role.replicas and me not in role.observers:
+            self._stop(topic, number, delete=True)
+            return
+        partition = self.broker.ensure_partition(topic, number, entry.get("topic_id") or "",
+                                                 entry.get("config") or {})
+        if role.leader_id == me:
+            self.broker.fetchers.unfollow(partition.key)
+            partition.become_leader(role, now_ms())
+        else:
+            partition.become_follower(role)
+            leader = brokers.get(role.leader_id) or self._known_broker(role.leader_id)
+            if leader is None:
+                self.broker.fetchers.unfollow(partition.key)
+            else:
+                self.broker.fetchers.follow(
+                    partition, LeaderEndpoint(role.leader_id, str(leader["host"]), int(leader["port"]))
+                )
+        self.broker.replica_manager.notify_changed(partition.key)
+
+    def _known_broker(self, broker_id: int) -> dict | None:
+        if broker_id < 0:
+            return None
+        info = self.broker.metadata.broker(broker_id)
+        return info.to_json() if info else None
+
+    def handle_update_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_controller_epoch(body)
+        self.broker.metadata.apply_update(body)
+        for entry in body.get("partitions", []):
+            config = entry.get("config")
+            partition = self.broker.replica_manager.maybe_get(entry.get("topic"), entry.get("partition"))
+            if partition is not None and config is not None:
+                self.broker.apply_topic_config(partition, config)
+        return {"error_code": 0}
+
+    def handle_stop_replica(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_controller_epoch(body)
+        results = []
+        for entry in wire.require(body, "partitions", list, "stop_replica"):
+            topic = wire.require(entry, "topic", str, "stop_replica")
+            number = wire.require(entry, "partition", int, "stop_replica")
+            self._stop(topic, number, delete=bool(entry.get("delete", False)))
+            results.append({"topic": topic, "partition": number, "error_code": 0})
+        return {"error_code": 0, "partitions": results}
+
+    def _stop(self, topic: str, number: int, delete: bool) -> None:
+        self.broker.fetchers.unfollow((topic, number))
+        removed = self.broker.replica_manager.remove(topic, number)
+        if removed is not None or delete:
+            self.broker.close_partition_log(topic, number, delete=delete)

@@ -1,0 +1,213 @@
+"""Request handlers of the data plane: produce, fetch, list offsets.
+
+Each handler validates its request fully before it touches a partition, so a
+bad request changes nothing. Fetches long-poll: when nothing is readable they
+wait (bounded by the request's ``max_wait_ms`` and the broker's cap) for an
+append or HW move instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from ads_spark.client import wire
+from ads_spark.errors import (
+    AdsError,
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+)
+from ads_spark.broker.partition import ROLE_LEADER, Partition
+from ads_spark.broker.server import error_response
+from ads_spark.records import conform_produce_batch, now_ms
+
+FETCH_MAX_BYTES_DEFAULT = 50 << 20
+PARTITION_FETCH_MAX_BYTES_DEFAULT = 1 << 20
+UNDEFINED_EPOCH_OFFSET = (-1, -1)
+
+
+class DataHandlers:
+    def __init__(self, broker):
+        self.broker = broker
+        self.replicas = broker.replica_manager
+
+    # ---- produce ----------------------------------------------------------------
+
+    def handle_produce_chunk(self, batch: pa.RecordBatch | None, app_metadata: pa.Buffer | None,
+                             respond: Callable[[dict], None]) -> None:
+        correlation_id = None
+        try:
+            meta = wire.loads(app_metadata, "produce batch metadata")
+            correlation_id = meta.get("correlation_id") if isinstance(meta, dict) else None
+            topic = wire.require(meta, "topic", str, "produce")
+            partition = wire.require(meta, "partition", int, "produce")
+            acks = wire.parse_acks(meta.get("acks", "all"))
+            timeout_ms = min(wire.optional(meta, "timeout_ms", int, 30000, "produce"),
+                             self.broker.config["request.timeout.ms.max"])
+            producer = (wire.optional(meta, "producer_id", int, -1, "produce"),
+                        wire.optional(meta, "producer_epoch", int, -1, "produce"),
+                        wire.optional(meta, "base_sequence", int, -1, "produce"))
+            if batch is None:
+                raise InvalidRequestError("produce chunk carries no record batch")
+            conformed = conform_produce_batch(batch)
+            max_bytes = self.broker.max_message_bytes(topic)
+
+            def complete(header, error: AdsError | None) -> None:
+                if error is not None:
+                    respond(error_response(correlation_id, error))
+                else:
+                    respond({"correlation_id": correlation_id, "error_code": 0,
+                             "base_offset": header.base_offset, "record_count": header.record_count,
+                             "log_append_time_ms": -1})
+
+            self.replicas.produce(topic, partition, conformed, acks=acks, timeout_ms=max(timeout_ms, 0),
+                                  max_message_bytes=max_bytes, producer=producer, complete=complete)
+        except Exception as exc:  # every failure is answered; the stream and the broker go on
+            respond(error_response(correlation_id, exc))
+
+    # ---- fetch --------------------------------------------------------------------
+
+    def handle_fetch(self, request: dict[str, Any]) -> list[tuple[dict, list]]:
+        replica_id = wire.optional(request, "replica_id", int, -1, "fetch")
+        broker_epoch = wire.optional(request, "broker_epoch", int, -1, "fetch")
+        max_wait_ms = max(0, min(wire.optional(request, "max_wait_ms", int, 0, "fetch"),
+                                 self.broker.config["fetch.wait.max.ms.max"]))
+        min_bytes = max(0, wire.optional(request, "min_bytes", int, 1, "fetch"))
+        max_bytes = max(1, wire.optional(request, "max_bytes", int, FETCH_MAX_BYTES_DEFAULT, "fetch"))
+        wanted = wire.require(request, "partitions", list, "fetch")
+        specs = [self._parse_fetch_partition(entry) for entry in wanted]
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while True:
+            version = self.replicas.activity_version
+            responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes)
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if total_bytes >= min_bytes or remaining_ms <= 0 or self._any_error(responses):
+                return responses
+            self.replicas.wait_for_activity(version, remaining_ms)
+
+    @staticmethod
+    def _any_error(responses) -> bool:
+        return any(meta.get("error_code") or meta.get("diverging_epoch") for meta, _ in responses)
+
+    @staticmethod
+    def _parse_fetch_partition(entry: Any) -> dict[str, Any]:
+        what = "fetch partition"
+        offset = wire.require(entry, "fetch_offset", int, what)
+        if offset < 0:
+            raise InvalidRequestError(f"fetch offset must be >= 0, got {offset}")
+        return {
+            "topic": wire.require(entry, "topic", str, what),
+            "partition": wire.require(entry, "partition", int, what),
+            "fetch_offset": offset,
+            "current_leader_epoch": wire.optional(entry, "current_leader_epoch", int, -1, what),
+            "last_fetched_epoch": wire.optional(entry, "last_fetched_epoch", int, -1, what),
+            "partition_max_bytes": max(1, wire.optional(entry, "partition_max_bytes", int,
+                                                        PARTITION_FETCH_MAX_BYTES_DEFAULT, what)),
+        }
+
+    def _read_all(self, specs, replica_id: int, broker_epoch: int, max_bytes: int):
+        responses, total_bytes = [], 0
+        for spec in specs:
+            budget = max(1, min(spec["partition_max_bytes"], max_bytes - total_bytes))
+            meta = {"topic": spec["topic"], "partition": spec["partition"], "error_code": 0}
+            try:
+                partition = self.replicas.get(spec["topic"], spec["partition"])
+                batches = self._read_one(partition, spec, replica_id, broker_epoch, budget, meta)
+            except AdsError as exc:
+                meta.update(error_code=int(exc.code), message=exc.message or str(exc))
+                batches = []
+            responses.append((meta, batches))
+            total_bytes += sum(batch.nbytes for batch, _ in batches)
+        return responses, total_bytes
+
+    def _read_one(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
+                  meta: dict) -> list:
+        partition.check_leader_epoch(spec["current_leader_epoch"])
+        for_replica = replica_id >= 0
+        if partition.role != ROLE_LEADER and not self.broker.may_serve_follower_read(partition, replica_id):
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker.broker_id} is not the leader of {partition.topic}-{partition.partition}"
+            )
+        if for_replica:
+            diverging = self._divergence(partition, spec)
+            if diverging is not None:
+                meta["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
+                self._fill_offsets(partition, meta)
+                return []
+            self.broker.on_follower_fetch(partition, replica_id, broker_epoch, spec["fetch_offset"])
+        result = partition.read(spec["fetch_offset"], max_bytes=budget, for_replica=for_replica)
+        meta.update(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset,
+                    log_end_offset=result.log_end_offset, leader_epoch=result.leader_epoch)
+        return result.batches
+
+    @staticmethod
+    def _fill_offsets(partition: Partition, meta: dict) -> None:
+        meta.update(high_watermark=partition.high_watermark, log_start_offset=partition.log.log_start_offset,
+                    log_end_offset=partition.log.log_end_offset, leader_epoch=partition.assignment.leader_epoch)
+
+    @staticmethod
+    def _divergence(partition: Partition, spec) -> tuple[int, int] | None:
+        """KIP-320: the (epoch, end offset) the follower must truncate to, or None when its log agrees."""
+        last_epoch = spec["last_fetched_epoch"]
+        if last_epoch < 0 or spec["fetch_offset"] == 0:
+            return None
+        epoch, end_offset = end_offset_for_epoch(partition.epochs.entries, partition.log.log_end_offset, last_epoch)
+        if epoch != last_epoch or end_offset < spec["fetch_offset"]:
+            return (epoch, end_offset)
+        return None
+
+    # ---- list offsets -------------------------------------------------------------
+
+    def handle_list_offsets(self, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for entry in wire.require(body, "partitions", list, "list_offsets"):
+            topic = wire.require(entry, "topic", str, "list_offsets")
+            number = wire.require(entry, "partition", int, "list_offsets")
+            timestamp = wire.require(entry, "timestamp", int, "list_offsets")
+            item = {"topic": topic, "partition": number, "error_code": 0}
+            try:
+                item.update(self._list_offset(topic, number, timestamp,
+                                              wire.optional(entry, "current_leader_epoch", int, -1, "list_offsets")))
+            except AdsError as exc:
+                item.update(error_code=int(exc.code), message=exc.message or str(exc))
+            results.append(item)
+        return {"partitions": results}
+
+    def _list_offset(self, topic: str, number: int, timestamp: int, leader_epoch: int) -> dict[str, Any]:
+        partition = self.replicas.get(topic, number)
+        partition.require_leader()
+        partition.check_leader_epoch(leader_epoch)
+        hw = partition.high_watermark
+        base = {"high_watermark": hw, "log_start_offset": partition.log.log_start_offset,
+                "leader_epoch": partition.assignment.leader_epoch}
+        if timestamp == -2:
+            return {**base, "offset": partition.log.log_start_offset, "timestamp": -1}
+        if timestamp == -1:
+            return {**base, "offset": hw, "timestamp": -1}
+        if timestamp < 0:
+            raise InvalidRequestError(f"list_offsets timestamp must be -2, -1 or >= 0, got {timestamp}")
+        found = partition.log.offset_for_timestamp(timestamp)
+        if found is None or found[0] >= hw:
+            return {**base, "offset": hw, "timestamp": -1, "found": False}
+        return {**base, "offset": found[0], "timestamp": found[1], "found": True}
+
+
+def end_offset_for_epoch(entries: list[tuple[int, int]], log_end_offset: int, epoch: int) -> tuple[int, int]:
+    """Kafka's OffsetsForLeaderEpoch answer from a leader-epoch cache.
+
+    The largest known epoch <= ``epoch`` and the offset where it ended (the start
+    of the next epoch, or the log end for the latest epoch); (-1, -1) when every
+    known epoch is newer than ``epoch``.
+    """
+    best = None
+    for index, (known_epoch, _start) in enumerate(entries):
+        if known_epoch <= epoch:
+            best = index
+    if best is None:
+        return UNDEFINED_EPOCH_OFFSET
+    found_epoch = entries[best][0]
+    if best + 1 < len(entries):
+        return found_epoch, entries[best + 1][1]
+    return found_epoch, log_end_offset

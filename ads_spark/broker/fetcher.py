@@ -1,0 +1,207 @@
+"""Follower replication: fetcher threads that pull from partition leaders like consumers.
+
+One thread per (leader broker, fetcher index) batches every partition this
+broker follows on that leader into one long-polling fetch. A fetch carries the
+follower's log end offset, its last fetched epoch and its view of the leader
+epoch, so the leader can fence stale followers and point out a divergence
+(KIP-320); the follower then truncates to the point the leader names — never to
+its own possibly-stale high watermark — and fetches again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from dataclasses import dataclass
+
+import pyarrow.flight as flight
+
+from ads_spark.client import wire
+from ads_spark.errors import ErrorCode
+from ads_spark.broker.partition import ROLE_FOLLOWER, Partition
+from ads_spark.records import now_ms
+
+log = logging.getLogger("ads.broker.fetcher")
+
+FETCH_RPC_TIMEOUT_MARGIN_S = 10.0
+
+
+@dataclass
+class LeaderEndpoint:
+    broker_id: int
+    host: str
+    port: int
+
+
+class FetcherThread(threading.Thread):
+    def __init__(self, manager: "ReplicaFetcherManager", leader: LeaderEndpoint, index: int):
+        super().__init__(name=f"replica-fetcher-{leader.broker_id}-{index}", daemon=True)
+        self.manager = manager
+        self.leader = leader
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self._client: flight.FlightClient | None = None
+
+    def add(self, partition: Partition) -> None:
+        with self.lock:
+            self.partitions[partition.key] = partition
+
+    def discard(self, key: tuple[str, int]) -> None:
+        with self.lock:
+            self.partitions.pop(key, None)
+
+    def empty(self) -> bool:
+        with self.lock:
+            return not self.partitions
+
+    def run(self) -> None:
+        config = self.manager.config
+        while not self.stopping.is_set():
+            with self.lock:
+                partitions = [p for p in self.partitions.values() if p.role == ROLE_FOLLOWER]
+            if not partitions:
+                self.stopping.wait(0.05)
+                continue
+            try:
+                self._fetch_once(partitions)
+            except Exception as exc:  # leader down or unreachable: back off, the controller will move us
+                log.debug("fetch from broker %s failed: %s", self.leader.broker_id, exc)
+                self._close_client()
+                self.stopping.wait(config["replica.fetch.backoff.ms"] / 1000)
+        self._close_client()
+
+    def _connect(self) -> flight.FlightClient:
+        if self._client is None:
+            self._client = flight.connect(wire.address_of(self.leader.host, self.leader.port))
+        return self._client
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                pass
+            self._client = None
+
+    def _fetch_once(self, partitions: list[Partition]) -> None:
+        config = self.manager.config
+        wait_ms = config["replica.fetch.wait.max.ms"]
+        request = {
+            "type": wire.FETCH, "replica_id": self.manager.broker_id, "broker_epoch": self.manager.broker_epoch(),
+            "max_wait_ms": wait_ms, "min_bytes": 1, "max_bytes": config["replica.fetch.response.max.bytes"],
+            "partitions": [self._partition_request(p, config["replica.fetch.max.bytes"]) for p in partitions],
+        }
+        options = flight.FlightCallOptions(timeout=wait_ms / 1000 + FETCH_RPC_TIMEOUT_MARGIN_S)
+        reader = self._connect().do_get(flight.Ticket(wire.dumps(request)), options)
+        by_key = {p.key: p for p in partitions}
+        pending: dict[tuple[str, int], list] = {}
+        metas: dict[tuple[str, int], dict] = {}
+        for chunk in reader:
+            meta = wire.loads(chunk.app_metadata, "fetch response")
+            key = (meta["topic"], meta["partition"])
+            if "error_code" in meta:
+                metas[key] = meta
+            if chunk.data.num_rows:
+                pending.setdefault(key, []).append((chunk.data, wire.header_from_json(meta["header"])))
+        for key, meta in metas.items():
+            partition = by_key.get(key)
+            if partition is not None:
+                self._apply(partition, meta, pending.get(key, []))
+
+    @staticmethod
+    def _partition_request(partition: Partition, max_bytes: int) -> dict:
+        entries = partition.epochs.entries
+        return {
+            "topic": partition.topic, "partition": partition.partition,
+            "fetch_offset": partition.log.log_end_offset,
+            "current_leader_epoch": partition.assignment.leader_epoch,
+            "last_fetched_epoch": entries[-1][0] if entries else -1,
+            "partition_max_bytes": max_bytes,
+        }
+
+    def _apply(self, partition: Partition, meta: dict, batches: list) -> None:
+        code = meta.get("error_code", 0)
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            self._reset_out_of_range(partition, meta)
+            return
+        if code:
+            log.debug("fetch %s-%s from %s: error %s %s", partition.topic, partition.partition,
+                      self.leader.broker_id, code, meta.get("message"))
+            return
+        diverging = meta.get("diverging_epoch")
+        if diverging:
+            target = min(int(diverging["end_offset"]), partition.log.log_end_offset)
+            if int(diverging["epoch"]) < 0:
+                target = min(partition.high_watermark, partition.log.log_end_offset)
+            log.info("%s-%s: diverged from leader at epoch %s; truncating to %s",
+                     partition.topic, partition.partition, diverging["epoch"], target)
+            partition.truncate_to(max(target, partition.log.log_start_offset))
+            self.manager.replicas.notify_changed(partition.key)
+            return
+        partition.append_as_follower(batches, int(meta.get("high_watermark", 0)), now_ms())
+        self.manager.replicas.notify_changed(partition.key)
+
+    def _reset_out_of_range(self, partition: Partition, meta: dict) -> None:
+        leader_start = int(meta.get("log_start_offset", 0) or 0)
+        leader_end = int(meta.get("log_end_offset", 0) or 0)
+        if partition.log.log_end_offset > leader_end and leader_end >= partition.log.log_start_offset:
+            partition.truncate_to(leader_end)
+        else:
+            with partition.changed:
+                partition.log.truncate_fully_and_start_at(leader_start)
+                partition.epochs.truncate_from_start(leader_start)
+        self.manager.replicas.notify_changed(partition.key)
+
+
+class ReplicaFetcherManager:
+    """Which fetcher thread follows which partition; threads come and go with leadership."""
+
+    def __init__(self, broker_id: int, config, replicas, broker_epoch_fn):
+        self.broker_id = broker_id
+        self.config = config
+        self.replicas = replicas
+        self.broker_epoch = broker_epoch_fn
+        self._threads: dict[tuple[int, int, str, int], FetcherThread] = {}
+        self._assigned: dict[tuple[str, int], tuple[int, int, str, int]] = {}
+        self._lock = threading.Lock()
+
+    def follow(self, partition: Partition, leader: LeaderEndpoint) -> None:
+        count = self.config["num.replica.fetchers"]
+        index = zlib.crc32(f"{partition.topic}-{partition.partition}".encode()) % count
+        thread_key = (leader.broker_id, index, leader.host, leader.port)
+        with self._lock:
+            self._unassign_locked(partition.key)
+            thread = self._threads.get(thread_key)
+            if thread is None:
+                thread = FetcherThread(self, leader, index)
+                self._threads[thread_key] = thread
+                thread.start()
+            thread.add(partition)
+            self._assigned[partition.key] = thread_key
+
+    def unfollow(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            self._unassign_locked(key)
+
+    def _unassign_locked(self, key: tuple[str, int]) -> None:
+        thread_key = self._assigned.pop(key, None)
+        if thread_key is None:
+            return
+        thread = self._threads.get(thread_key)
+        if thread is not None:
+            thread.discard(key)
+            if thread.empty():
+                thread.stopping.set()
+                del self._threads[thread_key]
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        with self._lock:
+            threads = list(self._threads.values())
+            self._threads.clear()
+            self._assigned.clear()
+        for thread in threads:
+            thread.stopping.set()
+        for thread in threads:
+            thread.join(timeout_s)

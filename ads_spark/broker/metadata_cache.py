@@ -1,0 +1,101 @@
+"""What this broker believes about the cluster: live brokers, topics, partition leaders.
+
+The controller pushes it (``update_metadata``); every broker answers clients'
+metadata requests from it, so a client can bootstrap from any broker. Updates
+carrying an older controller epoch than the last one applied are rejected, so a
+deposed controller cannot roll the cache back.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ads_spark.errors import StaleControllerEpochError
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    broker_epoch: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack,
+                "broker_epoch": self.broker_epoch}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> "BrokerInfo":
+        return cls(int(value["id"]), str(value["host"]), int(value["port"]), value.get("rack") or None,
+                   int(value.get("broker_epoch", -1)))
+
+
+@dataclass
+class MetadataCache:
+    controller_id: int = -1
+    controller_epoch: int = -1
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    # topic -> {"topic_id": str, "partitions": {p: partition json}}
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def apply_update(self, request: dict[str, Any]) -> None:
+        epoch = int(request.get("controller_epoch", -1))
+        with self.lock:
+            if epoch < self.controller_epoch:
+                raise StaleControllerEpochError(
+                    f"metadata from controller epoch {epoch}, already applied {self.controller_epoch}"
+                )
+            self.controller_epoch = epoch
+            self.controller_id = int(request.get("controller_id", -1))
+            if "brokers" in request:
+                self.brokers = {b.broker_id: b for b in map(BrokerInfo.from_json, request["brokers"])}
+            if request.get("full"):
+                self.topics = {}
+            for entry in request.get("partitions", []):
+                topic = self.topics.setdefault(entry["topic"], {"topic_id": entry.get("topic_id"), "partitions": {}})
+                if entry.get("topic_id") and topic.get("topic_id") != entry["topic_id"]:
+                    topic["topic_id"] = entry["topic_id"]
+                    topic["partitions"] = {}
+                topic["partitions"][int(entry["partition"])] = entry
+            for name in request.get("deleted_topics", []):
+                self.topics.pop(name, None)
+
+    def topic_names(self) -> list[str]:
+        with self.lock:
+            return sorted(self.topics)
+
+    def describe(self, names: list[str] | None) -> list[dict[str, Any]]:
+        with self.lock:
+            chosen = sorted(self.topics) if names is None else names
+            result = []
+            for name in chosen:
+                topic = self.topics.get(name)
+                if topic is None:
+                    result.append({"topic": name, "error_code": 3, "partitions": []})
+                    continue
+                partitions = [dict(topic["partitions"][p]) for p in sorted(topic["partitions"])]
+                result.append({"topic": name, "topic_id": topic.get("topic_id"), "error_code": 0,
+                               "partitions": partitions})
+            return result
+
+    def partition(self, topic: str, partition: int) -> dict[str, Any] | None:
+        with self.lock:
+            entry = self.topics.get(topic, {}).get("partitions", {}).get(partition)
+            return dict(entry) if entry else None
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        with self.lock:
+            return self.brokers.get(broker_id)
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        with self.lock:
+            return [self.brokers[b] for b in sorted(self.brokers)]
+
+    def to_json(self) -> dict[str, Any]:
+        with self.lock:
+            return {"controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
+                    "brokers": [self.brokers[b].to_json() for b in sorted(self.brokers)]}

@@ -1,0 +1,151 @@
+"""The broker's Arrow Flight endpoint: decoding, dispatch, and the one error boundary.
+
+Every call enters through here. Bodies are decoded with ``client.wire`` (so a
+malformed request is INVALID_REQUEST before any state is touched), handed to
+the broker's handlers, and every failure leaves as a typed Flight error: an
+``AdsError`` keeps its code, anything unexpected becomes UNKNOWN_SERVER_ERROR
+and is logged, and the server keeps serving. An ``InvariantViolation`` is a bug:
+it is logged and the process exits, because continuing could lose data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from ads_spark.client import wire
+from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, InvariantViolation, error_for
+from ads_spark.records import RECORD_SCHEMA
+
+log = logging.getLogger("ads.broker.server")
+
+
+def _boundary(name: str, func: Callable[[], Any]) -> Any:
+    try:
+        return func()
+    except flight.FlightError:
+        raise
+    except AdsError as exc:
+        raise wire.flight_error(exc) from None
+    except InvariantViolation:
+        log.critical("invariant violated in %s; stopping the broker", name, exc_info=True)
+        logging.shutdown()
+        os._exit(70)
+    except Exception as exc:  # the boundary: report, keep serving
+        log.exception("unexpected error in %s", name)
+        raise wire.flight_error(error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")) from None
+
+
+class BrokerFlightServer(flight.FlightServerBase):
+    """Routes Flight calls to a broker object exposing ``handle_*`` methods."""
+
+    def __init__(self, broker, host: str, port: int):
+        super().__init__(location=f"grpc+tcp://{host}:{port}")
+        self.broker = broker
+
+    # ---- actions ---------------------------------------------------------------
+
+    def list_actions(self, context):
+        return [(name, "") for name in sorted(self.broker.action_handlers())]
+
+    def do_action(self, context, action):
+        def run():
+            handlers = self.broker.action_handlers()
+            handler = handlers.get(action.type)
+            if handler is None:
+                raise InvalidRequestError(f"unknown action '{action.type}' (known: {', '.join(sorted(handlers))})")
+            body = wire.loads(action.body, action.type) if action.body.size else {}
+            return handler(body)
+
+        result = _boundary(f"action {action.type}", run)
+        return [flight.Result(pa.py_buffer(wire.dumps(result)))]
+
+    # ---- fetch -------------------------------------------------------------------
+
+    def do_get(self, context, ticket):
+        def run():
+            request = wire.loads(ticket.ticket, "fetch")
+            if not isinstance(request, dict) or request.get("type") != wire.FETCH:
+                raise InvalidRequestError("fetch ticket must be a JSON object with type 'fetch'")
+            return self.broker.handle_fetch(request)
+
+        responses = _boundary("fetch", run)
+        return flight.GeneratorStream(RECORD_SCHEMA, _fetch_stream(responses))
+
+    # ---- produce ----------------------------------------------------------------
+
+    def do_put(self, context, descriptor, reader, writer):
+        def run():
+            if descriptor.descriptor_type != flight.DescriptorType.CMD:
+                raise InvalidRequestError("produce needs a command descriptor")
+            request = wire.loads(descriptor.command, "produce")
+            if not isinstance(request, dict) or request.get("type") != wire.PRODUCE:
+                raise InvalidRequestError("produce descriptor must be a JSON object with type 'produce'")
+            _serve_produce_stream(self.broker, reader, writer)
+
+        _boundary("produce", run)
+
+
+def _fetch_stream(responses):
+    """Yield (batch, metadata) pairs; a partition with no data yields an empty batch carrying its metadata."""
+    empty = RECORD_SCHEMA.empty_table().to_batches()
+    empty_batch = empty[0] if empty else pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
+    for partition_meta, batches in responses:
+        if not batches:
+            yield empty_batch, pa.py_buffer(wire.dumps(partition_meta))
+            continue
+        for index, (batch, header) in enumerate(batches):
+            meta = dict(partition_meta) if index == 0 else {"topic": partition_meta["topic"],
+                                                            "partition": partition_meta["partition"]}
+            meta["header"] = wire.header_to_json(header)
+            yield batch, pa.py_buffer(wire.dumps(meta))
+
+
+# In-flight acks=all produces per stream; the reader pauses past this (back-pressure).
+PRODUCE_INFLIGHT_PER_STREAM_MAX = 1024
+# After the client finishes sending, how long the stream may wait for outstanding acks.
+PRODUCE_DRAIN_TIMEOUT_S = 330
+
+
+def _serve_produce_stream(broker, reader, writer) -> None:
+    """Read batches until the client closes its side; answer each one as it completes."""
+    write_lock = threading.Lock()
+    outstanding = threading.Semaphore(PRODUCE_INFLIGHT_PER_STREAM_MAX)
+    pending = [0]
+    drained = threading.Condition()
+
+    def respond(response: dict) -> None:
+        with write_lock:
+            try:
+                writer.write(pa.py_buffer(wire.dumps(response)))
+            except Exception:  # the client went away; its requests are still appended and safe
+                log.debug("produce response not delivered", exc_info=True)
+        with drained:
+            pending[0] -= 1
+            drained.notify_all()
+        outstanding.release()
+
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            break
+        outstanding.acquire()
+        with drained:
+            pending[0] += 1
+        broker.handle_produce_chunk(chunk.data, chunk.app_metadata, respond)
+    with drained:
+        drained.wait_for(lambda: pending[0] == 0, timeout=PRODUCE_DRAIN_TIMEOUT_S)
+
+
+def error_response(correlation_id: Any, exc: Exception) -> dict:
+    if isinstance(exc, AdsError):
+        return {"correlation_id": correlation_id, "error_code": int(exc.code), "message": exc.message or str(exc)}
+    log.exception("unexpected error in produce")
+    return {"correlation_id": correlation_id, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+            "message": f"{type(exc).__name__}: {exc}"}

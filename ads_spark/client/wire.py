@@ -1,0 +1,177 @@
+"""The wire codec shared by broker and client: Flight calls, JSON bodies, errors.
+
+docs/DESIGN.md ("Wire protocol") is the specification. Everything that crosses
+a socket is built and parsed here, so the broker and the client cannot drift
+apart, and so that a malformed request is rejected in one place with
+INVALID_REQUEST before any state is touched.
+
+Errors of a whole call travel as a FlightServerError whose ``extra_info`` is
+``{"error_code": N, "message": "..."}``; ``to_ads_error`` turns any Flight
+exception back into the typed ``AdsError``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from ads_spark.errors import (
+    AdsError,
+    ErrorCode,
+    InvalidRequestError,
+    NetworkExceptionError,
+    RequestTimedOutError,
+    error_for,
+)
+from ads_spark.records import BatchHeader
+
+# Upper bound on any JSON request body; a larger one is malformed, not a DoS vector.
+JSON_BODY_BYTES_MAX = 16 << 20
+
+ACTION_METADATA = "metadata"
+ACTION_LIST_OFFSETS = "list_offsets"
+ACTION_CREATE_TOPICS = "create_topics"
+ACTION_DELETE_TOPICS = "delete_topics"
+ACTION_DESCRIBE_CONFIGS = "describe_configs"
+ACTION_ALTER_CONFIGS = "alter_configs"
+ACTION_ELECT_LEADERS = "elect_leaders"
+ACTION_REASSIGN = "alter_partition_reassignments"
+ACTION_LEADER_AND_ISR = "leader_and_isr"
+ACTION_UPDATE_METADATA = "update_metadata"
+ACTION_STOP_REPLICA = "stop_replica"
+ACTION_CONTROLLED_SHUTDOWN = "controlled_shutdown"
+ACTION_REPLICA_STATUS = "replica_status"
+ACTION_INIT_PRODUCER_ID = "init_producer_id"
+
+FETCH = "fetch"
+PRODUCE = "produce"
+
+ACKS_VALUES = {"0": 0, "1": 1, "all": -1, "-1": -1}
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def loads(raw: bytes | pa.Buffer | None, what: str) -> Any:
+    """Parse a JSON body, raising INVALID_REQUEST (naming ``what``) on anything malformed."""
+    if raw is None:
+        raise InvalidRequestError(f"{what}: missing body")
+    if isinstance(raw, pa.Buffer):
+        raw = raw.to_pybytes()
+    if len(raw) > JSON_BODY_BYTES_MAX:
+        raise InvalidRequestError(f"{what}: body of {len(raw)} bytes exceeds {JSON_BODY_BYTES_MAX}")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(f"{what}: body is not valid JSON ({exc})") from exc
+
+
+def require(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    """A required field of a request body, type-checked (bool is not accepted as int)."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequestError(f"{what}: expected a JSON object")
+    if key not in body:
+        raise InvalidRequestError(f"{what}: missing field '{key}'")
+    value = body[key]
+    if isinstance(value, bool) and kind is not bool and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise InvalidRequestError(f"{what}: field '{key}' must be {kind}, got a boolean")
+    if not isinstance(value, kind):
+        raise InvalidRequestError(f"{what}: field '{key}' has the wrong type ({type(value).__name__})")
+    return value
+
+
+def optional(body: Mapping[str, Any], key: str, kind, default, what: str) -> Any:
+    if key not in body or body[key] is None:
+        return default
+    return require(body, key, kind, what)
+
+
+def parse_acks(value: Any) -> int:
+    """'all'/-1/'1'/1/'0'/0 -> -1, 1 or 0."""
+    normalized = str(value).strip().lower()
+    if normalized not in ACKS_VALUES:
+        raise error_for(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or all, got {value!r}")
+    return ACKS_VALUES[normalized]
+
+
+# ---- errors across the wire -------------------------------------------------
+
+
+def flight_error(error: AdsError) -> flight.FlightServerError:
+    """The exception a Flight handler raises for ``error``."""
+    detail = dumps({"error_code": int(error.code), "message": error.message or str(error)})
+    return flight.FlightServerError(str(error), extra_info=detail)
+
+
+def to_ads_error(exc: Exception) -> AdsError:
+    """A Flight (or socket) exception as the typed AdsError the caller should see."""
+    if isinstance(exc, AdsError):
+        return exc
+    extra = getattr(exc, "extra_info", None)
+    if extra:
+        try:
+            detail = json.loads(extra)
+            return error_for(int(detail["error_code"]), str(detail.get("message", "")))
+        except (ValueError, KeyError, TypeError):
+            pass
+    if isinstance(exc, flight.FlightTimedOutError):
+        return RequestTimedOutError(f"request timed out: {exc}")
+    if isinstance(exc, (flight.FlightUnavailableError, flight.FlightCancelledError, ConnectionError, OSError)):
+        return NetworkExceptionError(f"broker unreachable: {_first_line(exc)}")
+    if isinstance(exc, flight.FlightError):
+        return error_for(ErrorCode.UNKNOWN_SERVER_ERROR, _first_line(exc))
+    return error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ---- fetch response metadata ------------------------------------------------
+
+
+def header_to_json(header: BatchHeader) -> dict[str, int]:
+    return {
+        "base_offset": header.base_offset,
+        "record_count": header.record_count,
+        "leader_epoch": header.leader_epoch,
+        "max_timestamp_ms": header.max_timestamp_ms,
+        "timestamp_type": header.timestamp_type,
+        "producer_id": header.producer_id,
+        "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence,
+        "crc": header.crc,
+    }
+
+
+def header_from_json(value: Mapping[str, Any]) -> BatchHeader:
+    try:
+        return BatchHeader(**{k: int(value[k]) for k in header_to_json(BatchHeader(0, 1, 0, 0))})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"malformed batch header in fetch response: {exc}") from exc
+
+
+def address_of(host: str, port: int) -> str:
+    return f"grpc+tcp://{host}:{port}"
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """'h1:p1,h2:p2' -> [(h1, p1), (h2, p2)] with a clear error for anything else."""
+    result = []
+    for item in str(servers or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        item = item.rpartition("://")[2]
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise InvalidRequestError(f"bad bootstrap server {item!r}: expected host:port")
+        result.append((host, int(port)))
+    if not result:
+        raise InvalidRequestError("no bootstrap servers given (bootstrap.servers is empty)")
+    return result
