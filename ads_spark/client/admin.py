@@ -1,0 +1,132 @@
+"""The admin client: topics, configs, offsets and leadership, as Kafka's AdminClient offers them.
+
+Admin requests go to any broker (topic creation and configs are written to
+ZooKeeper by the broker that receives them; the controller reacts). Calls that
+change the cluster wait, bounded by ``timeout_s``, until the change is visible
+in metadata, so a script can use a topic as soon as ``create_topic`` returns.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ads_spark.client import wire
+from ads_spark.client.connection import Connections, PartitionMetadata
+from ads_spark.client.consumer import Consumer, TopicPartition
+from ads_spark.errors import AdsError, RequestTimedOutError, error_for
+
+WAIT_POLL_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    topic: str
+    topic_id: str
+    partitions: list[PartitionMetadata]
+    config: dict[str, str]
+
+
+class Admin:
+    def __init__(self, config: dict[str, Any], connections: Connections | None = None):
+        self.config = dict(config)
+        self._connections = connections or Connections(config)
+        self._owns_connections = connections is None
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     config: dict[str, str] | None = None, replica_assignment: list[list[int]] | None = None,
+                     timeout_s: float = 30) -> None:
+        body = {"topics": [{"topic": name, "partitions": partitions, "replication_factor": replication_factor,
+                            "config": {k: str(v) for k, v in (config or {}).items()},
+                            "replica_assignment": replica_assignment}]}
+        self._check(self._connections.call_any(wire.ACTION_CREATE_TOPICS, body))
+        self._wait(lambda: self._all_led(name, partitions if not replica_assignment else len(replica_assignment)),
+                   timeout_s, f"topic '{name}' to get a leader for every partition")
+
+    def delete_topic(self, name: str, timeout_s: float = 30) -> None:
+        self._check(self._connections.call_any(wire.ACTION_DELETE_TOPICS, {"topics": [name]}))
+        self._wait(lambda: name not in self.list_topics(), timeout_s, f"topic '{name}' to be deleted")
+
+    def list_topics(self) -> list[str]:
+        return sorted(self._connections.refresh().topics)
+
+    def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
+        response = self._connections.call_any(wire.ACTION_METADATA, {"topics": names, "include_config": True})
+        result = []
+        for topic in response.get("topics", []):
+            if topic.get("error_code"):
+                raise error_for(topic["error_code"], f"topic '{topic['topic']}' does not exist")
+            partitions = [PartitionMetadata(topic["topic"], int(p["partition"]), int(p.get("leader", -1)),
+                                            int(p.get("leader_epoch", -1)), tuple(p.get("replicas", ())),
+                                            tuple(p.get("isr", ())), tuple(p.get("elr", ()) or ()),
+                                            tuple(p.get("observers", ()) or ()),
+                                            tuple(p.get("offline_replicas", ()) or ()))
+                          for p in topic.get("partitions", [])]
+            result.append(TopicDescription(topic["topic"], topic.get("topic_id") or "", partitions,
+                                           dict(topic.get("config") or {})))
+        return result
+
+    def list_offsets(self, tps: list[TopicPartition], spec: str | int) -> dict[TopicPartition, int]:
+        return Consumer(self.config, self._connections).list_offsets(tps, spec)
+
+    def describe_configs(self, topic: str) -> dict[str, Any]:
+        response = self._connections.call_any(wire.ACTION_DESCRIBE_CONFIGS, {"topic": topic})
+        self._check(response)
+        return response
+
+    def alter_configs(self, topic: str, set_configs: dict[str, str] | None = None,
+                      delete_configs: list[str] | None = None) -> None:
+        body = {"topic": topic, "set": {k: str(v) for k, v in (set_configs or {}).items()},
+                "delete": list(delete_configs or [])}
+        self._check(self._connections.call_any(wire.ACTION_ALTER_CONFIGS, body))
+
+    def elect_leaders(self, election_type: str, partitions: list[TopicPartition] | None) -> dict[str, Any]:
+        body = {"election_type": election_type,
+                "partitions": None if partitions is None else [{"topic": tp.topic, "partition": tp.partition}
+                                                                for tp in partitions]}
+        response = self._connections.call_any(wire.ACTION_ELECT_LEADERS, body, timeout_ms=60_000)
+        self._check(response)
+        return response
+
+    def alter_partition_reassignments(self, plan: dict[str, Any]) -> dict[str, Any]:
+        response = self._connections.call_any(wire.ACTION_REASSIGN, plan, timeout_ms=60_000)
+        self._check(response)
+        return response
+
+    def cluster(self) -> dict[str, Any]:
+        return self._connections.call_any(wire.ACTION_METADATA, {"topics": []})
+
+    def close(self) -> None:
+        if self._owns_connections:
+            self._connections.close()
+
+    # ---- helpers --------------------------------------------------------------------
+
+    @staticmethod
+    def _check(response: dict[str, Any]) -> None:
+        code = int(response.get("error_code", 0) or 0)
+        if code:
+            raise error_for(code, response.get("message", ""))
+        for item in response.get("topics", []) or []:
+            if isinstance(item, dict) and item.get("error_code"):
+                raise error_for(item["error_code"], item.get("message", ""))
+
+    def _all_led(self, name: str, partitions: int) -> bool:
+        view = self._connections.refresh([name])
+        found = view.topics.get(name, {})
+        return len(found) == partitions and all(p.leader >= 0 for p in found.values())
+
+    @staticmethod
+    def _wait(predicate, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        last_error: AdsError | None = None
+        while time.monotonic() < deadline:
+            try:
+                if predicate():
+                    return
+            except AdsError as exc:
+                last_error = exc
+            time.sleep(WAIT_POLL_INTERVAL_S)
+        raise RequestTimedOutError(f"timed out after {timeout_s}s waiting for {what}"
+                                   + (f" (last error: {last_error})" if last_error else ""))

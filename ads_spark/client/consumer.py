@@ -1,0 +1,276 @@
+"""The consumer: assigned partitions, positions, and reads of committed records only.
+
+Reads go to the partition leader (or, with ``client.rack``, to an in-sync
+replica on the same rack when the broker offers one) and never return an offset
+at or above the high watermark. ``poll`` returns records for code that wants
+them one by one; ``poll_arrow`` and ``fetch_arrow`` return Arrow tables for bulk
+readers such as the Spark source, with no per-record Python.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+
+from ads_spark.client import wire
+from ads_spark.client.connection import Connections, backoff_sleep
+from ads_spark.errors import (
+    AdsError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    error_for,
+)
+from ads_spark.records import RECORD_SCHEMA
+
+OFFSET_BEGINNING = -2
+OFFSET_END = -1
+OFFSET_INVALID = -1001
+FETCH_RETRIES_MAX = 8
+RECORDS_PER_POLL_MAX_DEFAULT = 500
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+    offset: int = OFFSET_INVALID
+
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int  # ms
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+@dataclass
+class FetchedChunk:
+    table: pa.Table
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+
+
+class Consumer:
+    def __init__(self, config: dict[str, Any], connections: Connections | None = None):
+        self.config = dict(config)
+        self._connections = connections or Connections(config)
+        self._owns_connections = connections is None
+        self.client_rack = self.config.get("client.rack")
+        self.fetch_max_bytes = int(self.config.get("fetch.max.bytes", 50 << 20))
+        self.partition_fetch_max_bytes = int(self.config.get("max.partition.fetch.bytes", 8 << 20))
+        self.fetch_max_wait_ms = int(self.config.get("fetch.max.wait.ms", 500))
+        self.max_poll_records = int(self.config.get("max.poll.records", RECORDS_PER_POLL_MAX_DEFAULT))
+        reset = str(self.config.get("auto.offset.reset", "latest"))
+        if reset not in ("earliest", "latest", "none"):
+            raise InvalidRequestError(f"auto.offset.reset must be earliest, latest or none, got {reset!r}")
+        self.auto_offset_reset = reset
+        self._positions: dict[tuple[str, int], int] = {}
+        self._next_partition = 0
+
+    # ---- assignment -------------------------------------------------------------
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._positions = {}
+        for tp in partitions:
+            self._connections.partition(tp.topic, tp.partition)
+            self._positions[tp.key()] = tp.offset
+        self._next_partition = 0
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in self._positions]
+
+    def seek(self, tp: TopicPartition) -> None:
+        if tp.key() not in self._positions:
+            raise InvalidRequestError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        self._positions[tp.key()] = tp.offset
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._resolve_position(tp.key())
+
+    def _resolve_position(self, key: tuple[str, int]) -> int:
+        offset = self._positions[key]
+        if offset >= 0:
+            return offset
+        if offset == OFFSET_INVALID:
+            if self.auto_offset_reset == "none":
+                raise OffsetOutOfRangeError(f"no position for {key[0]}-{key[1]} and auto.offset.reset=none")
+            offset = OFFSET_BEGINNING if self.auto_offset_reset == "earliest" else OFFSET_END
+        resolved = self.list_offsets([TopicPartition(*key)], "earliest" if offset == OFFSET_BEGINNING else "latest")
+        self._positions[key] = resolved[TopicPartition(*key)]
+        return self._positions[key]
+
+    # ---- offsets -----------------------------------------------------------------
+
+    def get_watermark_offsets(self, tp: TopicPartition) -> tuple[int, int]:
+        """(log start offset, high watermark) of the partition."""
+        response = self._list_offsets_raw([tp], -2)[tp.key()]
+        return int(response["log_start_offset"]), int(response["high_watermark"])
+
+    def list_offsets(self, tps: list[TopicPartition], spec: str | int) -> dict[TopicPartition, int]:
+        timestamp = {"earliest": -2, "latest": -1}.get(spec, spec) if isinstance(spec, str) else spec
+        if not isinstance(timestamp, int):
+            raise InvalidRequestError(f"offset spec must be 'earliest', 'latest' or a timestamp in ms, got {spec!r}")
+        raw = self._list_offsets_raw(tps, timestamp)
+        return {TopicPartition(t, p): int(item["offset"]) for (t, p), item in raw.items()}
+
+    def _list_offsets_raw(self, tps: list[TopicPartition], timestamp: int) -> dict[tuple[str, int], dict]:
+        results: dict[tuple[str, int], dict] = {}
+        for attempt in range(FETCH_RETRIES_MAX):
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in tps:
+                if tp.key() not in results:
+                    meta, _ = self._connections.leader_of(tp.topic, tp.partition)
+                    by_leader.setdefault(meta.leader, []).append(tp)
+            retry = False
+            for leader, group in by_leader.items():
+                body = {"partitions": [{"topic": t.topic, "partition": t.partition, "timestamp": timestamp}
+                                       for t in group]}
+                try:
+                    response = self._connections.call_broker(leader, wire.ACTION_LIST_OFFSETS, body)
+                except AdsError as exc:
+                    if not exc.retriable:
+                        raise
+                    self._connections.mark_stale()
+                    retry = True
+                    continue
+                for item in response["partitions"]:
+                    if item["error_code"]:
+                        error = error_for(item["error_code"], item.get("message", ""))
+                        if not error.retriable:
+                            raise error
+                        self._connections.mark_stale()
+                        retry = True
+                    else:
+                        results[(item["topic"], item["partition"])] = item
+            if not retry:
+                return results
+            backoff_sleep(attempt, self._connections.retry_backoff_ms)
+        raise RequestTimedOutError(f"list offsets did not succeed after {FETCH_RETRIES_MAX} attempts")
+
+    # ---- reads -------------------------------------------------------------------
+
+    def fetch_chunk(self, tp: TopicPartition, start_offset_inclusive: int, *, max_bytes: int | None = None,
+                    max_wait_ms: int = 0) -> FetchedChunk:
+        """One fetch from the leader: committed records from ``start_offset_inclusive``, as a table."""
+        last_error: AdsError | None = None
+        for attempt in range(FETCH_RETRIES_MAX):
+            try:
+                return self._fetch_once(tp, start_offset_inclusive, max_bytes or self.partition_fetch_max_bytes,
+                                        max_wait_ms)
+            except AdsError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+                self._connections.mark_stale()
+                backoff_sleep(attempt, self._connections.retry_backoff_ms)
+        raise last_error or RequestTimedOutError("fetch failed")
+
+    def _fetch_once(self, tp: TopicPartition, start: int, max_bytes: int, max_wait_ms: int) -> FetchedChunk:
+        meta, broker = self._connections.leader_of(tp.topic, tp.partition)
+        request = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
+                   "max_bytes": max_bytes, "client_rack": self.client_rack,
+                   "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": start,
+                                   "current_leader_epoch": meta.leader_epoch, "partition_max_bytes": max_bytes}]}
+        options = flight.FlightCallOptions(timeout=(max_wait_ms + self._connections.request_timeout_ms) / 1000)
+        try:
+            reader = self._connections.client_for(broker.host, broker.port).do_get(
+                flight.Ticket(wire.dumps(request)), options)
+            batches, info = [], None
+            for chunk in reader:
+                chunk_meta = wire.loads(chunk.app_metadata, "fetch response")
+                if "error_code" in chunk_meta:
+                    info = chunk_meta
+                if chunk.data.num_rows:
+                    batches.append(chunk.data)
+        except Exception as exc:
+            error = wire.to_ads_error(exc)
+            if error.retriable:
+                self._connections.drop(broker.host, broker.port)
+            raise error from None
+        if info is None:
+            raise error_for(-1, "fetch response carried no partition metadata")
+        if info["error_code"]:
+            raise error_for(info["error_code"], info.get("message", ""))
+        hw = int(info["high_watermark"])
+        table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA) if batches else RECORD_SCHEMA.empty_table()
+        table = _slice_offsets(table, start, hw)
+        next_offset = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else start
+        return FetchedChunk(table, hw, int(info["log_start_offset"]), next_offset)
+
+    def fetch_arrow(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
+                    max_bytes: int | None = None) -> pa.Table:
+        """Committed records with offsets in [start, min(end, HW)) as one RECORD_SCHEMA table."""
+        tables, position = [], start_offset_inclusive
+        while position < end_offset_exclusive:
+            chunk = self.fetch_chunk(tp, position, max_bytes=max_bytes)
+            if chunk.table.num_rows == 0:
+                break
+            tables.append(chunk.table)
+            position = chunk.next_offset
+            if position >= chunk.high_watermark:
+                break
+        if not tables:
+            return RECORD_SCHEMA.empty_table()
+        return _slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive)
+
+    def poll_arrow(self, timeout: float = 1.0) -> dict[TopicPartition, pa.Table]:
+        """Records from every assigned partition that has some, as tables; advances positions."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            result = {}
+            for key in list(self._positions):
+                position = self._resolve_position(key)
+                chunk = self.fetch_chunk(TopicPartition(*key), position, max_wait_ms=0)
+                if chunk.table.num_rows:
+                    result[TopicPartition(*key)] = chunk.table
+                    self._positions[key] = chunk.next_offset
+            remaining_s = deadline - time.monotonic()
+            if result or remaining_s <= 0:
+                return result
+            time.sleep(min(remaining_s, 0.05))
+
+    def poll(self, timeout: float = 1.0) -> list[Record]:
+        tables = self.poll_arrow(timeout)
+        records: list[Record] = []
+        for tp, table in tables.items():
+            records.extend(_to_records(tp, table))
+        return records
+
+    def close(self) -> None:
+        if self._owns_connections:
+            self._connections.close()
+
+
+def _slice_offsets(table: pa.Table, start_inclusive: int, end_exclusive: int) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    offsets = table.column("offset")
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    if first >= start_inclusive and last < end_exclusive:
+        return table
+    mask = pc.and_(pc.greater_equal(offsets, start_inclusive), pc.less(offsets, end_exclusive))
+    return table.filter(mask)
+
+
+def _to_records(tp: TopicPartition, table: pa.Table) -> list[Record]:
+    columns = table.drop_columns(["timestamp"]).to_pydict()
+    timestamps_ms = table.column("timestamp").cast(pa.int64()).to_pylist()
+    headers = columns["headers"]
+    return [
+        Record(tp.topic, tp.partition, offset, ts, key, value, [(h["key"], h["value"]) for h in (headers[i] or [])])
+        for i, (offset, ts, key, value) in enumerate(
+            zip(columns["offset"], timestamps_ms, columns["key"], columns["value"]))
+    ]

@@ -1,0 +1,333 @@
+"""The producer: records accumulate into Arrow batches, batches stream to leaders.
+
+``produce`` appends one record to its partition's open batch; a batch is sent
+when it reaches ``batch.size`` bytes or has waited ``linger.ms``. ``produce_arrow``
+hands over a ready Arrow batch. A sender thread writes batches onto one
+long-lived Flight ``do_put`` stream per broker (pipelined, at most
+``max.in.flight.requests.per.connection`` batches per partition) and completes
+each batch's futures when its response arrives. Retriable errors refresh
+metadata and resend the same batch, bounded by ``delivery.timeout.ms``; a batch
+retried is put back at the head of its partition's queue so order is kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import zlib
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+import pyarrow as pa
+
+from ads_spark.client import wire
+from ads_spark.client.connection import Connections
+from ads_spark.client.producer_channel import BrokerChannel
+from ads_spark.errors import AdsError, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for
+from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, conform_produce_batch, now_ms
+
+log = logging.getLogger("ads.client.producer")
+
+BUFFERED_RECORDS_MAX = 1_000_000  # produce() blocks past this many undelivered records
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+@dataclass
+class ProducerBatch:
+    topic: str
+    partition: int
+    batch: pa.RecordBatch | None = None
+    # Per-record futures for produce(); one future for produce_arrow().
+    futures: list[Future] = field(default_factory=list)
+    callbacks: list[Callable | None] = field(default_factory=list)
+    timestamps_ms: list[int] = field(default_factory=list)
+    arrow_future: Future | None = None
+    record_count: int = 0
+    created_ms: int = 0
+    deadline_ms: int = 0
+    attempts: int = 0
+    retry_not_before_ms: int = 0
+
+    def complete(self, base_offset: int | None, error: AdsError | None) -> None:
+        if self.arrow_future is not None:
+            if error is None:
+                self.arrow_future.set_result(base_offset)
+            else:
+                self.arrow_future.set_exception(error)
+        for index, fut in enumerate(self.futures):
+            meta = None if error else RecordMetadata(self.topic, self.partition, base_offset + index,
+                                                     self.timestamps_ms[index])
+            if error is None:
+                fut.set_result(meta)
+            else:
+                fut.set_exception(error)
+            callback = self.callbacks[index]
+            if callback is not None:
+                try:
+                    callback(error, meta)
+                except Exception:
+                    log.exception("delivery callback failed")
+
+
+@dataclass
+class _OpenBatch:
+    keys: list = field(default_factory=list)
+    values: list = field(default_factory=list)
+    headers: list = field(default_factory=list)
+    timestamps_ms: list = field(default_factory=list)
+    futures: list = field(default_factory=list)
+    callbacks: list = field(default_factory=list)
+    size_bytes: int = 0
+    created_ms: int = 0
+
+
+class Producer:
+    def __init__(self, config: dict[str, Any], connections: Connections | None = None):
+        self.config = dict(config)
+        self._connections = connections or Connections(config)
+        self._owns_connections = connections is None
+        self.acks = wire.parse_acks(self.config.get("acks", "all"))
+        self.linger_ms = int(self.config.get("linger.ms", 5))
+        self.batch_size_bytes = int(self.config.get("batch.size", 1 << 20))
+        self.delivery_timeout_ms = int(self.config.get("delivery.timeout.ms", 120_000))
+        self.request_timeout_ms = int(self.config.get("request.timeout.ms", 30_000))
+        self.max_in_flight = int(self.config.get("max.in.flight.requests.per.connection", 5))
+        self.retry_backoff_ms = int(self.config.get("retry.backoff.ms", 100))
+        self._lock = threading.Condition()
+        self._open: dict[tuple[str, int], _OpenBatch] = {}
+        self._ready: dict[tuple[str, int], deque[ProducerBatch]] = {}
+        self._in_flight: dict[tuple[str, int], int] = {}
+        self._undelivered = 0
+        self._channels: dict[int, BrokerChannel] = {}
+        self._sticky: dict[str, int] = {}
+        self._round_robin = itertools.count()
+        self._closed = False
+        self._sender = threading.Thread(target=self._run_sender, name="ads-producer-sender", daemon=True)
+        self._sender.start()
+
+    # ---- public API ---------------------------------------------------------------
+
+    def produce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+                headers: list[tuple[str, bytes | str | None]] | dict | None = None, partition: int | None = None,
+                on_delivery: Callable | None = None, timestamp: int | None = None) -> Future:
+        self._check_open()
+        key_bytes, value_bytes = _to_bytes(key), _to_bytes(value)
+        header_list = _normalize_headers(headers)
+        number = self._choose_partition(topic, key_bytes, partition)
+        future: Future = Future()
+        size = len(value_bytes or b"") + len(key_bytes or b"") + 16
+        with self._lock:
+            self._lock.wait_for(lambda: self._undelivered < BUFFERED_RECORDS_MAX or self._closed, timeout=60)
+            batch = self._open.get((topic, number))
+            if batch is None:
+                batch = self._open[(topic, number)] = _OpenBatch(created_ms=now_ms())
+            batch.keys.append(key_bytes)
+            batch.values.append(value_bytes)
+            batch.headers.append(header_list)
+            batch.timestamps_ms.append(timestamp if timestamp is not None else now_ms())
+            batch.futures.append(future)
+            batch.callbacks.append(on_delivery)
+            batch.size_bytes += size
+            self._undelivered += 1
+            if batch.size_bytes >= self.batch_size_bytes:
+                self._seal_locked((topic, number))
+            self._lock.notify_all()
+        return future
+
+    def produce_arrow(self, topic: str, batch: pa.RecordBatch | pa.Table, partition: int | None = None) -> Future:
+        """Send a ready batch (PRODUCE_SCHEMA columns; only ``value`` required) as one unit."""
+        self._check_open()
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
+        if batch is None or batch.num_rows == 0:
+            raise InvalidRequestError("produce_arrow needs a non-empty batch")
+        conformed = conform_produce_batch(batch)
+        number = self._choose_partition(topic, None, partition)
+        future: Future = Future()
+        item = ProducerBatch(topic, number, batch=conformed, arrow_future=future, record_count=conformed.num_rows,
+                             created_ms=now_ms(), deadline_ms=now_ms() + self.delivery_timeout_ms)
+        with self._lock:
+            self._undelivered += conformed.num_rows
+            self._ready.setdefault((topic, number), deque()).append(item)
+            self._lock.notify_all()
+        return future
+
+    def flush(self, timeout: float | None = 30) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            for key in list(self._open):
+                self._seal_locked(key)
+            self._lock.notify_all()
+            while self._undelivered and not self._closed:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._lock.wait(remaining if remaining is not None else 1.0)
+            return self._undelivered
+
+    def close(self, timeout: float = 30) -> None:
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._sender.join(5)
+        for channel in list(self._channels.values()):
+            channel.close()
+        self._fail_everything(RequestTimedOutError("producer closed before delivery"))
+        if self._owns_connections:
+            self._connections.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- partitioning --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidRequestError("producer is closed")
+
+    def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        partitions = self._connections.partitions_for(topic)
+        count = len(partitions)
+        if partition is not None:
+            if partition not in partitions:
+                raise error_for(3, f"topic '{topic}' has no partition {partition} (it has {count})")
+            return partition
+        if key is not None:
+            return zlib.crc32(key) % count
+        # Sticky: null-key records fill one partition's batch, then move on (Kafka KIP-480).
+        current = self._sticky.get(topic)
+        if current is None or current >= count:
+            current = self._sticky[topic] = next(self._round_robin) % count
+        return current
+
+    # ---- batching ------------------------------------------------------------------
+
+    def _seal_locked(self, key: tuple[str, int]) -> None:
+        open_batch = self._open.pop(key, None)
+        if open_batch is None or not open_batch.values:
+            return
+        if key[0] in self._sticky and self._sticky[key[0]] == key[1]:
+            self._sticky.pop(key[0])
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(open_batch.timestamps_ms, pa.timestamp("ms")), pa.array(open_batch.keys, pa.binary()),
+             pa.array(open_batch.values, pa.binary()), pa.array(open_batch.headers, HEADER_TYPE)],
+            schema=PRODUCE_SCHEMA)
+        item = ProducerBatch(key[0], key[1], batch=batch, futures=open_batch.futures,
+                             callbacks=open_batch.callbacks, timestamps_ms=open_batch.timestamps_ms,
+                             record_count=batch.num_rows, created_ms=open_batch.created_ms,
+                             deadline_ms=open_batch.created_ms + self.delivery_timeout_ms)
+        self._ready.setdefault(key, deque()).append(item)
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                now = now_ms()
+                for key, open_batch in list(self._open.items()):
+                    if now - open_batch.created_ms >= self.linger_ms:
+                        self._seal_locked(key)
+                sendable = self._take_sendable_locked(now)
+                if not sendable:
+                    self._lock.wait(max(self.linger_ms, 1) / 1000)
+                    continue
+            for item in sendable:
+                self._send(item)
+
+    def _take_sendable_locked(self, now: int) -> list[ProducerBatch]:
+        taken = []
+        for key, queue in self._ready.items():
+            while queue and self._in_flight.get(key, 0) < self.max_in_flight:
+                head = queue[0]
+                if head.retry_not_before_ms > now:
+                    break
+                queue.popleft()
+                if head.deadline_ms <= now:
+                    self._finish_locked(head, None, RequestTimedOutError(
+                        f"{key[0]}-{key[1]}: not delivered within delivery.timeout.ms={self.delivery_timeout_ms}"))
+                    continue
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
+                taken.append(head)
+        return taken
+
+    def _send(self, item: ProducerBatch) -> None:
+        item.attempts += 1
+        try:
+            meta, _ = self._connections.leader_of(item.topic, item.partition)
+            channel = self._channel_for(meta.leader)
+            channel.send(item, {"topic": item.topic, "partition": item.partition, "acks": self.acks,
+                                "timeout_ms": self.request_timeout_ms}, self._on_response)
+        except Exception as exc:
+            self._on_response(item, None, wire.to_ads_error(exc))
+
+    def _channel_for(self, broker_id: int) -> BrokerChannel:
+        channel = self._channels.get(broker_id)
+        if channel is None or channel.broken:
+            address = self._connections.broker(broker_id)
+            client = self._connections.client_for(address.host, address.port)
+            channel = BrokerChannel(client, broker_id, self.request_timeout_ms + self.delivery_timeout_ms)
+            self._channels[broker_id] = channel
+        return channel
+
+    def _on_response(self, item: ProducerBatch, base_offset: int | None, error: AdsError | None) -> None:
+        with self._lock:
+            key = (item.topic, item.partition)
+            self._in_flight[key] = max(0, self._in_flight.get(key, 0) - 1)
+            if error is not None and error.retriable and not self._closed and now_ms() < item.deadline_ms:
+                self._connections.mark_stale()
+                item.retry_not_before_ms = now_ms() + min(1000, self.retry_backoff_ms * item.attempts)
+                self._ready.setdefault(key, deque()).appendleft(item)
+            else:
+                if error is not None and not isinstance(error, AdsError):
+                    error = wire.to_ads_error(error)
+                self._finish_locked(item, base_offset, error)
+            self._lock.notify_all()
+
+    def _finish_locked(self, item: ProducerBatch, base_offset: int | None, error: AdsError | None) -> None:
+        self._undelivered -= item.record_count
+        item.complete(base_offset, error)
+
+    def _fail_everything(self, error: AdsError) -> None:
+        with self._lock:
+            for key in list(self._open):
+                self._seal_locked(key)
+            for queue in self._ready.values():
+                while queue:
+                    self._finish_locked(queue.popleft(), None, error)
+            self._lock.notify_all()
+
+
+def _to_bytes(value) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidRequestError(f"keys and values must be bytes or str, got {type(value).__name__}")
+
+
+def _normalize_headers(headers) -> list[dict] | None:
+    if headers is None:
+        return None
+    items = headers.items() if isinstance(headers, dict) else headers
+    return [{"key": str(k), "value": _to_bytes(v)} for k, v in items]
+
+
+__all__ = ["Producer", "RecordMetadata", "RecordTooLargeError"]
