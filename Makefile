@@ -1,0 +1,27 @@
+# The two commands of the README. Both create .venv, install ADS with its
+# dependencies (pyspark 4.3 brings the ZooKeeper jars; Java 17 must be present,
+# scripts/ensure-java.sh installs it where it can), then run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	@bash scripts/ensure-java.sh
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) jobs/quickstart.py
+
+test: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
