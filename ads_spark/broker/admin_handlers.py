@@ -1,0 +1,140 @@
+"""Admin and metadata requests: topics, configs, cluster metadata.
+
+Metadata is answered from this broker's cache (pushed by the controller), so
+any broker can bootstrap a client. Changes (create, delete, configs) are
+validated here completely — name, counts, every config key and value — and only
+then written to ZooKeeper through the broker's membership layer; the controller
+reacts to the write. A rejected request writes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ads_spark.client import wire
+from ads_spark.config import TOPIC_KEYS, validate_topic_config
+from ads_spark.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    UnknownTopicOrPartitionError,
+)
+
+TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+PARTITIONS_PER_TOPIC_MAX = 100_000
+
+
+def validate_topic_name(name: str) -> None:
+    if not TOPIC_NAME_RE.match(name) or name in (".", ".."):
+        raise InvalidTopicError(
+            f"invalid topic name {name!r}: use 1-249 characters from a-z, A-Z, 0-9, '.', '_' and '-'"
+        )
+
+
+class AdminHandlers:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def handlers(self) -> dict:
+        return {
+            wire.ACTION_METADATA: self.handle_metadata,
+            wire.ACTION_CREATE_TOPICS: self.handle_create_topics,
+            wire.ACTION_DELETE_TOPICS: self.handle_delete_topics,
+            wire.ACTION_DESCRIBE_CONFIGS: self.handle_describe_configs,
+            wire.ACTION_ALTER_CONFIGS: self.handle_alter_configs,
+        }
+
+    def _membership(self):
+        if self.broker.zk is None:
+            raise InvalidRequestError("this broker runs without ZooKeeper; admin changes are unavailable")
+        return self.broker.zk
+
+    def handle_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
+        names = body.get("topics")
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise InvalidRequestError("metadata: 'topics' must be a list of names or null")
+        result = self.broker.metadata.to_json()
+        topics = self.broker.metadata.describe(names)
+        if not body.get("include_config"):
+            for topic in topics:
+                topic.pop("config", None)
+        result["topics"] = topics
+        return result
+
+    def handle_create_topics(self, body: dict[str, Any]) -> dict[str, Any]:
+        requests = wire.require(body, "topics", list, "create_topics")
+        # Validate everything first: a batch with one bad topic creates none.
+        plans = [self._plan_topic(entry) for entry in requests]
+        membership = self._membership()
+        results = []
+        for name, partitions, replication_factor, assignment, config in plans:
+            membership.create_topic(name, partitions, replication_factor, assignment, config)
+            results.append({"topic": name, "error_code": 0})
+        return {"error_code": 0, "topics": results}
+
+    def _plan_topic(self, entry: dict[str, Any]):
+        what = "create_topics"
+        name = wire.require(entry, "topic", str, what)
+        validate_topic_name(name)
+        assignment = entry.get("replica_assignment")
+        if assignment:
+            if not all(isinstance(r, list) and r and all(isinstance(b, int) for b in r) for r in assignment):
+                raise InvalidRequestError("replica_assignment must be a list of non-empty lists of broker ids")
+            partitions, replication_factor = len(assignment), len(assignment[0])
+        else:
+            partitions = wire.require(entry, "partitions", int, what)
+            replication_factor = wire.require(entry, "replication_factor", int, what)
+        if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX:
+            raise InvalidPartitionsError(f"partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {partitions}")
+        if replication_factor < 1:
+            raise InvalidReplicationFactorError(f"replication factor must be >= 1, got {replication_factor}")
+        config = validate_topic_config(entry.get("config") or {}, replication_factor)
+        return name, partitions, replication_factor, assignment, config
+
+    def handle_delete_topics(self, body: dict[str, Any]) -> dict[str, Any]:
+        names = wire.require(body, "topics", list, "delete_topics")
+        membership = self._membership()
+        for name in names:
+            if not isinstance(name, str):
+                raise InvalidRequestError("delete_topics: topic names must be strings")
+            if not membership.topic_exists(name):
+                raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        for name in names:
+            membership.delete_topic(name)
+        return {"error_code": 0, "topics": [{"topic": n, "error_code": 0} for n in names]}
+
+    def handle_describe_configs(self, body: dict[str, Any]) -> dict[str, Any]:
+        topic = wire.require(body, "topic", str, "describe_configs")
+        overrides = self._membership().topic_config(topic)
+        effective = self.broker._effective(overrides)
+        entries = [{"name": name, "value": _text(effective.get(name)), "is_default": name not in overrides}
+                   for name in sorted(TOPIC_KEYS)]
+        return {"error_code": 0, "topic": topic, "overrides": overrides, "configs": entries}
+
+    def handle_alter_configs(self, body: dict[str, Any]) -> dict[str, Any]:
+        topic = wire.require(body, "topic", str, "alter_configs")
+        to_set = wire.optional(body, "set", dict, {}, "alter_configs")
+        to_delete = wire.optional(body, "delete", list, [], "alter_configs")
+        membership = self._membership()
+        current = dict(membership.topic_config(topic))
+        unknown = [k for k in to_delete if k not in TOPIC_KEYS]
+        if unknown:
+            raise InvalidRequestError(f"cannot delete unknown topic config {unknown[0]!r}")
+        updated = {k: v for k, v in current.items() if k not in to_delete}
+        updated.update(to_set)
+        replication_factor = membership.replication_factor(topic)
+        validated = validate_topic_config(updated, replication_factor)
+        membership.set_topic_config(topic, validated)
+        return {"error_code": 0, "topic": topic, "overrides": validated}
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)

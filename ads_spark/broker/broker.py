@@ -1,0 +1,182 @@
+"""A broker process: logs, the Flight endpoint, ZooKeeper membership, fetchers, periodic work.
+
+Start-up order matters: logs are recovered before the server answers, and the
+broker registers in ZooKeeper (which makes it eligible for leadership) only
+once it can serve. Shutdown is the reverse; a controlled shutdown first asks
+the controller to move leadership away (see ``controlled_shutdown``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from ads_spark.broker.admin_handlers import AdminHandlers
+from ads_spark.broker.control_handlers import ControlHandlers
+from ads_spark.broker.data_handlers import DataHandlers
+from ads_spark.broker.fetcher import ReplicaFetcherManager
+from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogManager
+from ads_spark.broker.metadata_cache import MetadataCache
+from ads_spark.broker.partition import Partition
+from ads_spark.broker.replica_manager import ReplicaManager
+from ads_spark.broker.server import BrokerFlightServer
+from ads_spark.client import wire
+from ads_spark.config import BrokerConfig, effective_topic_config
+from ads_spark.records import now_ms
+
+log = logging.getLogger("ads.broker")
+
+PERIODIC_TICK_MS = 100
+
+
+def log_config_for(effective: dict[str, Any]) -> LogConfig:
+    return LogConfig(
+        segment_bytes=effective["segment.bytes"], segment_ms=effective["segment.ms"],
+        retention_ms=effective["retention.ms"], retention_bytes=effective["retention.bytes"],
+        flush_interval_messages=effective["flush.messages"], flush_interval_ms=effective["flush.ms"],
+        max_message_bytes=effective["max.message.bytes"],
+    )
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, zk_factory: Callable[["Broker"], Any] | None = None):
+        self.config = config
+        self.broker_id = config.broker_id
+        self.host, requested_port = config.listen_host_port
+        self.metadata = MetadataCache()
+        self.replica_manager = ReplicaManager(self.broker_id)
+        self.fetchers = ReplicaFetcherManager(self.broker_id, config, self.replica_manager, self.broker_epoch)
+        self.logs = LogManager.open(Path(config["log.dirs"]), log_config_for(self._effective({})), now_ms())
+        self.data = DataHandlers(self)
+        self.control = ControlHandlers(self)
+        self.admin = AdminHandlers(self)
+        self._topic_overrides: dict[str, dict[str, str]] = {}
+        self._broker_epoch = -1
+        self.server = BrokerFlightServer(self, self.host, requested_port)
+        self.port = self.server.port
+        self.zk = zk_factory(self) if zk_factory else None
+        self._stopping = threading.Event()
+        self._periodic = threading.Thread(target=self._run_periodic, name="broker-periodic", daemon=True)
+
+    # ---- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        threading.Thread(target=self.server.serve, name="flight-server", daemon=True).start()
+        self._periodic.start()
+        if self.zk is not None:
+            self._broker_epoch = self.zk.start()
+        log.info("broker %s serving on %s:%s (epoch %s)", self.broker_id, self.host, self.port, self._broker_epoch)
+
+    def broker_epoch(self) -> int:
+        return self._broker_epoch
+
+    def stop(self, controlled: bool = True) -> None:
+        if self._stopping.is_set():
+            return
+        if controlled and self.zk is not None and self.config["controlled.shutdown.enable"]:
+            try:
+                self.zk.controlled_shutdown()
+            except Exception:
+                log.warning("controlled shutdown did not complete; stopping anyway", exc_info=True)
+        self._stopping.set()
+        self.fetchers.shutdown()
+        if self.zk is not None:
+            self.zk.stop()
+        self.replica_manager.shutdown()
+        self._checkpoint()
+        self.logs.close()
+        self.server.shutdown()
+
+    def wait(self) -> None:
+        self._stopping.wait()
+
+    # ---- hooks for handlers ------------------------------------------------------------
+
+    def action_handlers(self) -> dict[str, Callable[[dict], dict]]:
+        return {
+            wire.ACTION_LIST_OFFSETS: self.data.handle_list_offsets,
+            wire.ACTION_LEADER_AND_ISR: self.control.handle_leader_and_isr,
+            wire.ACTION_UPDATE_METADATA: self.control.handle_update_metadata,
+            wire.ACTION_STOP_REPLICA: self.control.handle_stop_replica,
+            **self.admin.handlers(),
+        }
+
+    def handle_fetch(self, request: dict) -> list:
+        return self.data.handle_fetch(request)
+
+    def handle_produce_chunk(self, batch, app_metadata, respond) -> None:
+        self.data.handle_produce_chunk(batch, app_metadata, respond)
+
+    def _effective(self, overrides: dict[str, str]) -> dict[str, Any]:
+        return effective_topic_config(self.config.topic_defaults(), overrides)
+
+    def topic_config(self, topic: str) -> dict[str, Any]:
+        return self._effective(self._topic_overrides.get(topic, {}))
+
+    def max_message_bytes(self, topic: str) -> int:
+        return self.topic_config(topic)["max.message.bytes"]
+
+    def ensure_partition(self, topic: str, number: int, topic_id: str, overrides: dict[str, str]) -> Partition:
+        existing = self.replica_manager.maybe_get(topic, number)
+        self._topic_overrides[topic] = dict(overrides)
+        effective = self._effective(overrides)
+        if existing is not None:
+            existing.min_insync_replicas = effective["min.insync.replicas"]
+            return existing
+        partition_log = self.logs.get_or_create(topic, number, log_config_for(effective), topic_id)
+        epochs = LeaderEpochFile(Path(partition_log.directory) / "leader-epoch-checkpoint")
+        partition = Partition(topic, number, topic_id, partition_log, epochs, self.broker_id,
+                              min_insync_replicas=effective["min.insync.replicas"])
+        partition.high_watermark = min(self.logs.read_high_watermarks().get((topic, number), 0),
+                                       partition_log.log_end_offset)
+        return self.replica_manager.add(partition)
+
+    def apply_topic_config(self, partition: Partition, overrides: dict[str, str]) -> None:
+        self._topic_overrides[partition.topic] = dict(overrides)
+        effective = self._effective(overrides)
+        partition.min_insync_replicas = effective["min.insync.replicas"]
+
+    def close_partition_log(self, topic: str, number: int, delete: bool) -> None:
+        if delete:
+            self.logs.remove(topic, number)
+
+    def may_serve_follower_read(self, partition: Partition, replica_id: int) -> bool:
+        # Follower reads (KIP-392) arrive with the replication work; until then only leaders serve.
+        return False
+
+    def on_follower_fetch(self, partition: Partition, replica_id: int, broker_epoch: int, fetch_offset: int) -> None:
+        partition.record_follower_fetch(replica_id, broker_epoch, fetch_offset, now_ms())
+        self.replica_manager.notify_changed(partition.key)
+
+    # ---- periodic work --------------------------------------------------------------------
+
+    def _run_periodic(self) -> None:
+        last_checkpoint_ms = last_retention_ms = now_ms()
+        while not self._stopping.wait(PERIODIC_TICK_MS / 1000):
+            current = now_ms()
+            for partition in self.replica_manager.partitions():
+                try:
+                    partition.log.maybe_flush(current)
+                except Exception:
+                    log.exception("flush of %s-%s failed", partition.topic, partition.partition)
+            if current - last_checkpoint_ms >= self.config["replica.high.watermark.checkpoint.interval.ms"]:
+                last_checkpoint_ms = current
+                self._checkpoint()
+            if current - last_retention_ms >= self.config["log.retention.check.interval.ms"]:
+                last_retention_ms = current
+                self._apply_retention(current)
+
+    def _checkpoint(self) -> None:
+        try:
+            self.logs.checkpoint_high_watermarks(
+                {p.key: p.high_watermark for p in self.replica_manager.partitions()})
+            self.logs.checkpoint_recovery_points()
+        except Exception:
+            log.exception("checkpoint failed")
+
+    def _apply_retention(self, current_ms: int) -> None:
+        for partition in self.replica_manager.partitions():
+            with partition.changed:
+                partition.log.apply_retention(current_ms, max_deletable_offset_exclusive=partition.high_watermark)

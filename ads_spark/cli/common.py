@@ -1,0 +1,37 @@
+"""Helpers shared by the CLI commands: finding the cluster to talk to, printing JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ads_spark.errors import InvalidRequestError
+
+DEFAULT_STATE_DIR = Path(os.environ.get("ADS_STATE_DIR", "state"))
+STATE_FILE = "cluster.json"
+
+
+def add_bootstrap(parser) -> None:
+    parser.add_argument("--bootstrap-server", dest="bootstrap_server", default=None,
+                        help="HOST:PORT[,HOST:PORT] (default: the cluster of `ads cluster up` in --dir)")
+    parser.add_argument("--dir", default=str(DEFAULT_STATE_DIR), help="state dir of `ads cluster up`")
+
+
+def bootstrap_servers(args) -> str:
+    if args.bootstrap_server:
+        return args.bootstrap_server
+    state = Path(args.dir) / STATE_FILE
+    if not state.exists():
+        raise InvalidRequestError(
+            f"no --bootstrap-server given and no cluster state at {state}; start one with `ads cluster up`"
+        )
+    return json.loads(state.read_text())["bootstrap_servers"]
+
+
+def client_config(args, **extra) -> dict:
+    return {"bootstrap.servers": bootstrap_servers(args), **extra}
+
+
+def print_json(value) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))

@@ -1,0 +1,65 @@
+"""``ads zookeeper start`` and ``ads broker start``: the two server processes, in the foreground.
+
+SIGTERM (and Ctrl-C) on a broker is a controlled shutdown: leadership moves
+away first, then the process exits; SIGKILL is the crash the recovery code is
+for.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+
+def register(commands) -> None:
+    zookeeper = commands.add_parser("zookeeper", help="embedded ZooKeeper")
+    zk_actions = zookeeper.add_subparsers(dest="action", required=True)
+    zk_start = zk_actions.add_parser("start", help="run an embedded ZooKeeper in the foreground")
+    zk_start.add_argument("--data-dir", required=True)
+    zk_start.add_argument("--port", type=int, default=2181)
+    zk_start.set_defaults(func=start_zookeeper)
+
+    broker = commands.add_parser("broker", help="a broker process")
+    broker_actions = broker.add_subparsers(dest="action", required=True)
+    broker_start = broker_actions.add_parser("start", help="run a broker in the foreground")
+    broker_start.add_argument("--config", required=True, help="broker.properties")
+    broker_start.add_argument("--override", action="append", default=[], metavar="K=V")
+    broker_start.add_argument("--ready-file", default=None, help="write host:port here once serving")
+    broker_start.set_defaults(func=start_broker)
+
+
+def start_zookeeper(args) -> int:
+    from ads_spark.broker.zookeeper_server import run_foreground
+
+    run_foreground(Path(args.data_dir), args.port)
+    return 0
+
+
+def start_broker(args) -> int:
+    from ads_spark.broker.runtime import build_broker
+    from ads_spark.config import load_broker_config
+
+    logging.getLogger("ads").setLevel(logging.INFO)
+    config = load_broker_config(Path(args.config), args.override)
+    broker = build_broker(config)
+    stop_requested = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    broker.start()
+    if args.ready_file:
+        tmp = Path(args.ready_file + ".tmp")
+        tmp.write_text(f"{broker.host}:{broker.port}\n")
+        tmp.rename(args.ready_file)
+    while not stop_requested.wait(0.5):
+        if broker.fatal_error is not None:
+            logging.getLogger("ads").critical("stopping: %s", broker.fatal_error)
+            broker.stop(controlled=False)
+            return 1
+    broker.stop(controlled=True)
+    return 0

@@ -1,0 +1,224 @@
+"""A local cluster: an embedded ZooKeeper and N broker processes on 127.0.0.1.
+
+Used by ``ads cluster``, the quickstart job and the integration tests, so all
+three exercise the same real processes. Every process runs in its own process
+group with a pid file in the state dir; ``down`` (and ``kill``) act only on
+those pids, so nothing else on the machine is touched and nothing is left
+behind. Ports are chosen at run time and kept in ``cluster.json`` so a restart
+comes back on the same addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ads_spark.errors import RequestTimedOutError
+
+STATE_FILE = "cluster.json"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as dead
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        return waited == 0
+    except ChildProcessError:
+        return True
+
+
+class LocalCluster:
+    def __init__(self, state_dir: Path):
+        self.dir = Path(state_dir).resolve()
+        self.state: dict[str, Any] = {}
+        state_file = self.dir / STATE_FILE
+        if state_file.exists():
+            self.state = json.loads(state_file.read_text())
+
+    # ---- state -------------------------------------------------------------------
+
+    def _save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.state, indent=2, sort_keys=True))
+        tmp.rename(self.dir / STATE_FILE)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{b['port']}" for b in self.state.get("brokers", []))
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return self.state["zookeeper"]
+
+    def broker_ids(self) -> list[int]:
+        return [b["id"] for b in self.state.get("brokers", [])]
+
+    def _pid(self, name: str) -> int | None:
+        path = self.dir / f"{name}.pid"
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    # ---- up ---------------------------------------------------------------------
+
+    def up(self, brokers: int = 3, racks: list[str] | None = None, zookeeper: str | None = None,
+           overrides: list[str] | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.state:
+            self.state = {"zookeeper": zookeeper or f"127.0.0.1:{free_port()}",
+                          "embedded_zookeeper": zookeeper is None, "overrides": list(overrides or []),
+                          "brokers": [{"id": i, "port": free_port(), "rack": racks[(i - 1) % len(racks)] if racks
+                                       else None} for i in range(1, brokers + 1)]}
+            self._save()
+        if self.state.get("embedded_zookeeper") and not pid_alive(self._pid("zookeeper")):
+            self._start_zookeeper(timeout_s)
+        for broker in self.state["brokers"]:
+            if not pid_alive(self._pid(f"broker-{broker['id']}")):
+                self.start_broker(broker["id"], wait=False)
+        self.wait_for_brokers(self.broker_ids(), timeout_s)
+
+    def _spawn(self, name: str, argv: list[str]) -> int:
+        log_file = open(self.dir / f"{name}.log", "ab")
+        process = subprocess.Popen([sys.executable, "-m", "ads_spark.cli.main", *argv], stdout=log_file,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                   cwd=self.dir)
+        log_file.close()
+        (self.dir / f"{name}.pid").write_text(str(process.pid))
+        return process.pid
+
+    def _start_zookeeper(self, timeout_s: float) -> None:
+        port = int(self.state["zookeeper"].rsplit(":", 1)[1])
+        self._spawn("zookeeper", ["zookeeper", "start", "--data-dir", str(self.dir / "zookeeper"),
+                                  "--port", str(port)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"ruok")
+                    if sock.recv(4) == b"imok":
+                        return
+            except OSError:
+                pass
+            if not pid_alive(self._pid("zookeeper")):
+                raise RuntimeError(f"ZooKeeper exited at start-up; see {self.dir / 'zookeeper.log'}")
+            time.sleep(0.2)
+        raise RequestTimedOutError(f"ZooKeeper did not answer within {timeout_s}s; see {self.dir / 'zookeeper.log'}")
+
+    def broker_config_path(self, broker_id: int) -> Path:
+        return self.dir / f"broker-{broker_id}" / "broker.properties"
+
+    def start_broker(self, broker_id: int, wait: bool = True, timeout_s: float = START_TIMEOUT_S) -> None:
+        broker = next(b for b in self.state["brokers"] if b["id"] == broker_id)
+        home = self.dir / f"broker-{broker_id}"
+        home.mkdir(parents=True, exist_ok=True)
+        lines = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://127.0.0.1:{broker['port']}",
+                 f"log.dirs={home / 'data'}", f"zookeeper.connect={self.state['zookeeper']}/ads",
+                 "zookeeper.session.timeout.ms=6000", "replica.lag.time.max.ms=10000",
+                 "replica.fetch.wait.max.ms=200"]
+        if broker.get("rack"):
+            lines.append(f"broker.rack={broker['rack']}")
+        lines += self.state.get("overrides", [])
+        self.broker_config_path(broker_id).write_text("\n".join(lines) + "\n")
+        self._spawn(f"broker-{broker_id}", ["broker", "start", "--config", str(self.broker_config_path(broker_id))])
+        if wait:
+            self.wait_for_brokers([broker_id], timeout_s)
+
+    def wait_for_brokers(self, broker_ids: list[int], timeout_s: float = START_TIMEOUT_S) -> None:
+        """Until every broker in ``broker_ids`` is registered and known to the cluster's metadata."""
+        from ads_spark.client import Admin
+
+        deadline = time.monotonic() + timeout_s
+        last_error = None
+        while time.monotonic() < deadline:
+            for broker_id in broker_ids:
+                if not pid_alive(self._pid(f"broker-{broker_id}")):
+                    raise RuntimeError(f"broker {broker_id} exited at start-up; see "
+                                       f"{self.dir / f'broker-{broker_id}.log'}")
+            try:
+                admin = Admin({"bootstrap.servers": self.bootstrap_servers, "request.timeout.ms": 2000})
+                try:
+                    known = {b["id"] for b in admin.cluster().get("brokers", [])}
+                finally:
+                    admin.close()
+                if set(broker_ids) <= known:
+                    return
+            except Exception as exc:  # not up yet
+                last_error = exc
+            time.sleep(0.2)
+        raise RequestTimedOutError(f"brokers {broker_ids} not registered within {timeout_s}s ({last_error}); "
+                                   f"logs in {self.dir}")
+
+    # ---- status / down ------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers, "zookeeper": self.state.get("zookeeper"),
+            "zookeeper_alive": pid_alive(self._pid("zookeeper")) if self.state.get("embedded_zookeeper") else None,
+            "brokers": [{"id": b["id"], "pid": self._pid(f"broker-{b['id']}"),
+                         "address": f"127.0.0.1:{b['port']}", "rack": b.get("rack"),
+                         "alive": pid_alive(self._pid(f"broker-{b['id']}"))} for b in self.state.get("brokers", [])],
+        }
+
+    def signal_broker(self, broker_id: int, signum: int) -> None:
+        pid = self._pid(f"broker-{broker_id}")
+        if pid_alive(pid):
+            os.killpg(pid, signum)
+
+    def kill_broker(self, broker_id: int) -> None:
+        """SIGKILL: the crash case."""
+        self._stop(f"broker-{broker_id}", signal.SIGKILL, STOP_TIMEOUT_S)
+
+    def stop_broker(self, broker_id: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM: a controlled shutdown, then SIGKILL if it overruns."""
+        self._stop(f"broker-{broker_id}", signal.SIGTERM, timeout_s)
+
+    def _stop(self, name: str, signum: int, timeout_s: float) -> None:
+        pid = self._pid(name)
+        if not pid_alive(pid):
+            (self.dir / f"{name}.pid").unlink(missing_ok=True)
+            return
+        try:
+            os.killpg(pid, signum)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while pid_alive(pid) and time.monotonic() < deadline + 10:
+                time.sleep(0.1)
+        (self.dir / f"{name}.pid").unlink(missing_ok=True)
+
+    def down(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        for broker_id in self.broker_ids():
+            self.stop_broker(broker_id, timeout_s)
+        if self.state.get("embedded_zookeeper"):
+            self._stop("zookeeper", signal.SIGTERM, timeout_s)
