@@ -54,6 +54,8 @@ class Broker:
         self.admin = AdminHandlers(self)
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._broker_epoch = -1
+        # Set when the broker must stop (e.g. its log directory failed); the main loop exits on it.
+        self.fatal_error: str | None = None
         self.server = BrokerFlightServer(self, self.host, requested_port)
         self.port = self.server.port
         self.zk = zk_factory(self) if zk_factory else None

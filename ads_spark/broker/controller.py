@@ -1,0 +1,299 @@
+"""The controller runtime: one broker at a time turns ZooKeeper changes into leadership.
+
+Every broker runs a ``Controller``; only the one that holds ``/controller`` is
+active. The active controller processes events one at a time from a bounded
+queue (ZooKeeper watches only enqueue), decides with pure functions from
+``ads_spark.replication``, writes partition states to ZooKeeper fenced by its
+controller epoch, and then pushes the result to brokers in batches: one
+leader-and-isr request per affected broker and one metadata update per live
+broker, however many partitions changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ads_spark.client import wire
+from ads_spark.client.connection import Connections
+from ads_spark.replication.assignment import assign_replicas
+from ads_spark.replication.leader_choice import choose_leader
+
+log = logging.getLogger("ads.controller")
+
+EVENT_QUEUE_MAX = 10_000
+BROKER_REQUEST_TIMEOUT_MS = 15_000
+
+
+@dataclass
+class PartitionView:
+    topic: str
+    partition: int
+    replicas: list[int]
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    version: int
+    elr: list[int] = field(default_factory=list)
+
+
+class Controller:
+    def __init__(self, broker, zk):
+        self.broker = broker
+        self.zk = zk
+        self.broker_id = broker.broker_id
+        self.active = False
+        self.epoch = -1
+        self.epoch_version = -1
+        self.live: dict[int, dict[str, Any]] = {}
+        self.topics: dict[str, dict[str, Any]] = {}  # name -> {"topic_id", "assignment", "config"}
+        self.states: dict[tuple[str, int], PartitionView] = {}
+        self._events: queue.Queue = queue.Queue(maxsize=EVENT_QUEUE_MAX)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+        self._connections: Connections | None = None
+
+    # ---- event loop -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        self.enqueue("elect", self._elect)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.enqueue("stop", lambda: None)
+        self._thread.join(5)
+
+    def enqueue(self, name: str, action: Callable[[], None]) -> None:
+        try:
+            self._events.put_nowait((name, action))
+        except queue.Full:
+            log.error("controller event queue full; dropping %s and reloading state", name)
+            self._events.put((name, self._reload_everything), timeout=5)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            name, action = self._events.get()
+            if self._stopping.is_set():
+                return
+            try:
+                action()
+            except Exception:
+                log.exception("controller event %s failed; resigning", name)
+                self._resign()
+
+    # ---- election ---------------------------------------------------------------------
+
+    def _elect(self) -> None:
+        won = self.zk.try_become_controller(self.broker_id)
+        if won is None:
+            self.active = False
+            self.zk.watch_controller(lambda: self.enqueue("controller-change", self._elect))
+            return
+        self.epoch, self.epoch_version = won
+        self.active = True
+        log.info("broker %s is the controller (epoch %s)", self.broker_id, self.epoch)
+        self._connections = Connections({"bootstrap.servers": f"{self.broker.host}:{self.broker.port}",
+                                         "request.timeout.ms": BROKER_REQUEST_TIMEOUT_MS})
+        self.zk.watch_brokers(lambda: self.enqueue("broker-change", self._on_broker_change))
+        self.zk.watch_topics(lambda: self.enqueue("topic-change", self._on_topic_change))
+        self.zk.watch_isr_changes(lambda: self.enqueue("isr-change", self._on_isr_change))
+        self.zk.watch_topic_deletions(lambda: self.enqueue("topic-deletion", self._on_topic_deletion))
+        self.zk.watch_config_changes(lambda: self.enqueue("config-change", self._on_config_change))
+        self._reload_everything()
+
+    def _resign(self) -> None:
+        self.active = False
+        try:
+            self.zk.resign_controller(self.broker_id)
+        except Exception:
+            log.debug("resign failed", exc_info=True)
+        self.enqueue("elect", self._elect)
+
+    def _reload_everything(self) -> None:
+        if not self.active:
+            return
+        self.live = self.zk.live_brokers()
+        self.topics = {}
+        self.states = {}
+        for name in self.zk.topic_names():
+            self._load_topic(name)
+        self._elect_offline(set(self.states))
+        self._push_all()
+
+    def _load_topic(self, name: str) -> None:
+        topic = self.zk.read_topic(name)
+        if topic is None:
+            return
+        self.topics[name] = topic
+        for number, replicas in topic["assignment"].items():
+            state, version = self.zk.read_partition_state(name, number)
+            self.states[(name, number)] = PartitionView(name, number, list(replicas), state.leader,
+                                                        state.leader_epoch, list(state.isr), version,
+                                                        list(getattr(state, "elr", []) or []))
+
+    # ---- events -----------------------------------------------------------------------
+
+    def _on_broker_change(self) -> None:
+        if not self.active:
+            return
+        before = self.live
+        self.live = self.zk.live_brokers()
+        gone = {b for b in before if b not in self.live or
+                self.live[b].get("broker_epoch") != before[b].get("broker_epoch")}
+        arrived = {b for b in self.live if b not in before or b in gone}
+        if gone:
+            log.info("controller: brokers gone %s", sorted(gone))
+        affected = {key for key, view in self.states.items() if view.leader in gone or set(view.isr) & gone}
+        self._elect_offline(affected, dead=gone - set(self.live))
+        self._push_metadata_everywhere()
+        if arrived:
+            log.info("controller: brokers arrived %s", sorted(arrived))
+            self._send_leader_and_isr({k for k, v in self.states.items() if set(v.replicas) & arrived},
+                                      only_brokers=arrived)
+            self._elect_offline({k for k, v in self.states.items() if v.leader < 0})
+
+    def _on_topic_change(self) -> None:
+        if not self.active:
+            return
+        names = set(self.zk.topic_names())
+        new = names - set(self.topics)
+        for name in sorted(new):
+            self._load_topic(name)
+        keys = {k for k in self.states if k[0] in new}
+        self._elect_offline(keys)
+        self._send_leader_and_isr(keys)
+        self._push_metadata_everywhere()
+
+    def _on_isr_change(self) -> None:
+        if not self.active:
+            return
+        for topic, number in self.zk.take_isr_change_notifications():
+            view = self.states.get((topic, number))
+            if view is None:
+                continue
+            state, version = self.zk.read_partition_state(topic, number)
+            view.leader, view.leader_epoch, view.isr, view.version = (state.leader, state.leader_epoch,
+                                                                      list(state.isr), version)
+            view.elr = list(getattr(state, "elr", []) or [])
+        self._push_metadata_everywhere()
+
+    def _on_topic_deletion(self) -> None:
+        if not self.active:
+            return
+        for name in self.zk.pending_topic_deletions():
+            keys = [k for k in self.states if k[0] == name]
+            by_broker: dict[int, list[dict]] = {}
+            for key in keys:
+                for replica in self.states[key].replicas:
+                    by_broker.setdefault(replica, []).append({"topic": key[0], "partition": key[1], "delete": True})
+            for broker_id, partitions in by_broker.items():
+                self._call(broker_id, wire.ACTION_STOP_REPLICA, {"controller_epoch": self.epoch,
+                                                                  "partitions": partitions})
+            self.zk.delete_topic_znodes(name)
+            for key in keys:
+                self.states.pop(key, None)
+            self.topics.pop(name, None)
+            self._push_metadata_everywhere(deleted=[name])
+
+    def _on_config_change(self) -> None:
+        if not self.active:
+            return
+        for name in self.zk.take_config_change_notifications():
+            if name in self.topics:
+                self.topics[name]["config"] = self.zk.read_topic_config(name)
+        self._push_metadata_everywhere()
+
+    # ---- decisions ---------------------------------------------------------------------
+
+    def _elect_offline(self, keys: set, dead: set | None = None) -> None:
+        """Give every partition in ``keys`` whose leader is not alive a leader chosen from its ISR."""
+        updates = []
+        for key in sorted(keys):
+            view = self.states[key]
+            isr = [r for r in view.isr if r in self.live]
+            if view.leader in self.live and view.leader in isr and isr == view.isr:
+                continue
+            unclean = _bool(self.topics[key[0]].get("config", {}).get("unclean.leader.election.enable"),
+                            self.broker.config["unclean.leader.election.enable"])
+            choice = choose_leader(view.replicas, isr, set(self.live), unclean=unclean)
+            if choice.leader == view.leader and isr == view.isr:
+                continue
+            new_isr = choice.isr if choice.leader >= 0 else view.isr
+            updates.append((view, choice.leader, new_isr))
+        if updates:
+            self._write_states(updates)
+
+    def _write_states(self, updates: list) -> None:
+        changes = []
+        for view, leader, isr in updates:
+            epoch = view.leader_epoch + 1 if leader != view.leader else view.leader_epoch
+            changes.append((view.topic, view.partition, {"leader": leader, "leader_epoch": epoch, "isr": isr,
+                                                         "elr": view.elr}, view.version))
+        new_versions = self.zk.write_partition_states(self.epoch, self.epoch_version, changes)
+        for (view, leader, isr), (topic, number, state, _), version in zip(updates, changes, new_versions):
+            view.leader, view.leader_epoch, view.isr, view.version = leader, state["leader_epoch"], isr, version
+        self._send_leader_and_isr({(v.topic, v.partition) for v, _, _ in updates})
+
+    # ---- pushing to brokers -------------------------------------------------------------
+
+    def _partition_json(self, view: PartitionView) -> dict[str, Any]:
+        topic = self.topics[view.topic]
+        return {"topic": view.topic, "partition": view.partition, "topic_id": topic["topic_id"],
+                "leader": view.leader, "leader_epoch": view.leader_epoch, "isr": view.isr, "elr": view.elr,
+                "replicas": view.replicas, "observers": [], "partition_epoch": view.version,
+                "offline_replicas": [r for r in view.replicas if r not in self.live],
+                "config": topic.get("config", {})}
+
+    def _brokers_json(self) -> list[dict[str, Any]]:
+        return [{"id": b, **{k: v for k, v in info.items() if k in ("host", "port", "rack", "broker_epoch")}}
+                for b, info in sorted(self.live.items())]
+
+    def _send_leader_and_isr(self, keys: set, only_brokers: set | None = None) -> None:
+        by_broker: dict[int, list[dict]] = {}
+        for key in sorted(keys):
+            view = self.states[key]
+            for replica in view.replicas:
+                if replica in self.live and (only_brokers is None or replica in only_brokers):
+                    by_broker.setdefault(replica, []).append(self._partition_json(view))
+        for broker_id, partitions in by_broker.items():
+            self._call(broker_id, wire.ACTION_LEADER_AND_ISR, {"controller_id": self.broker_id,
+                                                               "controller_epoch": self.epoch,
+                                                               "partitions": partitions,
+                                                               "brokers": self._brokers_json()})
+
+    def _push_metadata_everywhere(self, deleted: list[str] | None = None) -> None:
+        body = {"controller_id": self.broker_id, "controller_epoch": self.epoch, "full": True,
+                "brokers": self._brokers_json(), "deleted_topics": deleted or [],
+                "partitions": [self._partition_json(v) for _, v in sorted(self.states.items())]}
+        for broker_id in self.live:
+            self._call(broker_id, wire.ACTION_UPDATE_METADATA, body)
+
+    def _push_all(self) -> None:
+        self._push_metadata_everywhere()
+        self._send_leader_and_isr(set(self.states))
+
+    def _call(self, broker_id: int, action: str, body: dict[str, Any]) -> None:
+        info = self.live.get(broker_id)
+        if info is None or self._connections is None:
+            return
+        try:
+            self._connections.call_action(info["host"], int(info["port"]), action, body, BROKER_REQUEST_TIMEOUT_MS)
+        except Exception as exc:  # that broker is going away; its session loss will be an event
+            log.warning("controller: %s to broker %s failed: %s", action, broker_id, exc)
+
+    # ---- requests from admin handlers ------------------------------------------------
+
+    def new_topic_assignment(self, partitions: int, replication_factor: int) -> dict[int, list[int]]:
+        brokers = self.zk.live_brokers()
+        racks = {b: info.get("rack") for b, info in brokers.items()}
+        return assign_replicas(partitions, replication_factor, racks)
+
+
+def _bool(value: Any, default: bool) -> bool:
+    if value is None:
+        return bool(default)
+    return str(value).lower() == "true"

@@ -1,0 +1,91 @@
+"""A broker's place in the cluster: its ZooKeeper session, registration and controller duty.
+
+The broker registers an ephemeral znode (its broker epoch is that znode's
+creation zxid, so a restarted broker always has a newer epoch), runs the
+controller elector, and performs the admin writes that the controller then
+reacts to (topic creation with a rack-aware assignment, deletion markers,
+config changes). Losing the ZooKeeper session removes the registration; the
+broker re-registers with a new epoch when the session comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ads_spark.broker.controller import Controller
+from ads_spark.broker.zk import ZkClient
+from ads_spark.errors import InvalidReplicaAssignmentError, UnknownTopicOrPartitionError
+
+log = logging.getLogger("ads.broker.membership")
+
+
+class ZkMembership:
+    def __init__(self, broker):
+        self.broker = broker
+        hosts, chroot = broker.config.zookeeper_hosts_and_chroot
+        self.zk = ZkClient(hosts, chroot=chroot,
+                           session_timeout_ms=broker.config["zookeeper.session.timeout.ms"])
+        self.controller = Controller(broker, self.zk)
+        self.broker_epoch = -1
+
+    def start(self) -> int:
+        self.zk.connect()
+        rack = self.broker.config["broker.rack"] or None
+        self.broker_epoch = self.zk.register_broker(self.broker.broker_id, self.broker.host, self.broker.port, rack,
+                                                    on_reregistered=self._on_reregistered)
+        self.controller.start()
+        return self.broker_epoch
+
+    def _on_reregistered(self, broker_epoch: int) -> None:
+        log.info("broker %s re-registered with epoch %s", self.broker.broker_id, broker_epoch)
+        self.broker_epoch = broker_epoch
+        self.broker._broker_epoch = broker_epoch
+
+    def stop(self) -> None:
+        self.controller.stop()
+        self.zk.close()
+
+    def controlled_shutdown(self) -> None:
+        # Leadership moves with the controlled-shutdown work of the controller issue; until then the
+        # session loss on stop triggers a normal failover.
+        return None
+
+    # ---- admin writes ------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     assignment: list[list[int]] | None, config: dict[str, str]) -> None:
+        live = self.zk.live_brokers()
+        if assignment is not None:
+            unknown = sorted({b for replicas in assignment for b in replicas} - set(live))
+            if unknown:
+                raise InvalidReplicaAssignmentError(f"replica assignment names brokers {unknown} that are not alive")
+            if any(len(set(r)) != len(r) or len(r) != replication_factor for r in assignment):
+                raise InvalidReplicaAssignmentError("every partition needs the same number of distinct replicas")
+            plan = {number: list(replicas) for number, replicas in enumerate(assignment)}
+        else:
+            plan = self.controller.new_topic_assignment(partitions, replication_factor)
+        self.zk.create_topic(name, plan, config)
+
+    def topic_exists(self, name: str) -> bool:
+        return self.zk.read_topic(name) is not None
+
+    def delete_topic(self, name: str) -> None:
+        self.zk.mark_topic_for_deletion(name)
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        if self.zk.read_topic(name) is None:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        return self.zk.read_topic_config(name)
+
+    def set_topic_config(self, name: str, config: dict[str, str]) -> None:
+        self.zk.write_topic_config(name, config)
+
+    def replication_factor(self, name: str) -> int:
+        topic = self.zk.read_topic(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        return len(next(iter(topic["assignment"].values())))
+
+    def describe(self) -> dict[str, Any]:
+        return {"broker_epoch": self.broker_epoch, "controller": self.controller.active}
