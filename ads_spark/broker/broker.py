@@ -22,6 +22,7 @@ from ads_spark.broker.metadata_cache import MetadataCache
 from ads_spark.broker.partition import Partition
 from ads_spark.broker.replica_manager import ReplicaManager
 from ads_spark.broker.server import BrokerFlightServer
+from ads_spark.broker.verify_handlers import VerifyHandlers
 from ads_spark.client import wire
 from ads_spark.config import BrokerConfig, effective_topic_config
 from ads_spark.records import now_ms
@@ -52,6 +53,7 @@ class Broker:
         self.data = DataHandlers(self)
         self.control = ControlHandlers(self)
         self.admin = AdminHandlers(self)
+        self.verify = VerifyHandlers(self)
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._broker_epoch = -1
         # Set when the broker must stop (e.g. its log directory failed); the main loop exits on it.
@@ -102,6 +104,7 @@ class Broker:
             wire.ACTION_LEADER_AND_ISR: self.control.handle_leader_and_isr,
             wire.ACTION_UPDATE_METADATA: self.control.handle_update_metadata,
             wire.ACTION_STOP_REPLICA: self.control.handle_stop_replica,
+            wire.ACTION_REPLICA_STATUS: self.verify.handle_replica_status,
             **self.admin.handlers(),
         }
 

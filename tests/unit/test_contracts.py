@@ -131,3 +131,15 @@ def test_wire_rejects_malformed_bodies():
     with pytest.raises(errors.InvalidRequestError, match="bootstrap"):
         wire.parse_bootstrap("")
     assert json.loads(wire.dumps({"b": 1, "a": 2})) == {"a": 2, "b": 1}
+
+
+def test_verify_replicas_compares_only_the_common_committed_range():
+    from ads_spark.cli.verify_cmd import compare_replicas
+
+    same = {1: {"high_watermark": 30, "log_start_offset": 0, "batches": [[0, 10, 0, 7], [10, 10, 1, 8], [20, 10, 1, 9]]},
+            2: {"high_watermark": 20, "log_start_offset": 0, "batches": [[0, 10, 0, 7], [10, 10, 1, 8]]}}
+    assert compare_replicas(same) == (20, None)
+    diverged = {1: same[1], 2: {"high_watermark": 20, "log_start_offset": 0,
+                                "batches": [[0, 10, 0, 7], [10, 10, 2, 5]]}}
+    compared, difference = compare_replicas(diverged)
+    assert compared == 20 and "[10, 10, 1, 8]" in difference and "[10, 10, 2, 5]" in difference
