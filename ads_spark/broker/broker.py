@@ -19,6 +19,7 @@ from ads_spark.broker.data_handlers import DataHandlers
 from ads_spark.broker.fetcher import ReplicaFetcherManager
 from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogManager
 from ads_spark.broker.metadata_cache import MetadataCache
+from ads_spark.broker.metrics import BrokerMetrics
 from ads_spark.broker.partition import Partition
 from ads_spark.broker.replica_manager import ReplicaManager
 from ads_spark.broker.server import BrokerFlightServer
@@ -54,6 +55,7 @@ class Broker:
         self.control = ControlHandlers(self)
         self.admin = AdminHandlers(self)
         self.verify = VerifyHandlers(self)
+        self.metrics = BrokerMetrics(self)
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._broker_epoch = -1
         # Set when the broker must stop (e.g. its log directory failed); the main loop exits on it.
@@ -69,6 +71,7 @@ class Broker:
     def start(self) -> None:
         threading.Thread(target=self.server.serve, name="flight-server", daemon=True).start()
         self._periodic.start()
+        self.metrics.serve(self.config["metrics.port"])
         if self.zk is not None:
             self._broker_epoch = self.zk.start()
         log.info("broker %s serving on %s:%s (epoch %s)", self.broker_id, self.host, self.port, self._broker_epoch)
@@ -92,6 +95,7 @@ class Broker:
         self._checkpoint()
         self.logs.close()
         self.server.shutdown()
+        self.metrics.close()
 
     def wait(self) -> None:
         self._stopping.wait()

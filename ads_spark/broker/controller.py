@@ -285,6 +285,9 @@ class Controller:
         except Exception as exc:  # that broker is going away; its session loss will be an event
             log.warning("controller: %s to broker %s failed: %s", action, broker_id, exc)
 
+    def offline_partition_count(self) -> int:
+        return sum(1 for view in list(self.states.values()) if view.leader < 0)
+
     # ---- requests from admin handlers ------------------------------------------------
 
     def new_topic_assignment(self, partitions: int, replication_factor: int) -> dict[int, list[int]]:

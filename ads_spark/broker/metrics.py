@@ -1,0 +1,83 @@
+"""Prometheus metrics of a broker, with the names operators know from Kafka (INTERFACES.md).
+
+Gauges are computed when scraped, from the broker's own state, so nothing on a
+hot path updates them; counters (ISR shrinks and expands, failed ISR updates,
+elections) are incremented where those events happen. The endpoint listens on
+127.0.0.1 at ``metrics.port`` (0 picks a free port; -1 turns it off).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from ads_spark.broker.partition import ROLE_LEADER
+
+
+class BrokerMetrics:
+    def __init__(self, broker):
+        self.broker = broker
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.isr_shrinks = Counter("ads_isr_shrinks", "ISR shrinks on partitions this broker leads",
+                                   registry=self.registry)
+        self.isr_expands = Counter("ads_isr_expands", "ISR expansions on partitions this broker leads",
+                                   registry=self.registry)
+        self.failed_isr_updates = Counter("ads_failed_isr_updates", "ISR writes rejected by ZooKeeper",
+                                          registry=self.registry)
+        self.leader_elections = Counter("ads_leader_elections", "leader elections made by this controller",
+                                        registry=self.registry)
+        self.unclean_elections = Counter("ads_unclean_leader_elections", "unclean elections by this controller",
+                                         registry=self.registry)
+        self.registry.register(_StateCollector(broker))
+        self.port = -1
+        self._server = None
+        self._lock = threading.Lock()
+
+    def serve(self, port: int) -> int:
+        if port < 0:
+            return -1
+        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        self._server = server
+        self.port = server.server_address[1]
+        return self.port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server = None
+
+
+class _StateCollector:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def collect(self):
+        under_replicated = under_min_isr = 0
+        leo = GaugeMetricFamily("ads_log_end_offset", "log end offset", labels=["topic", "partition"])
+        size = GaugeMetricFamily("ads_log_size_bytes", "log size in bytes", labels=["topic", "partition"])
+        for partition in self.broker.replica_manager.partitions():
+            labels = [partition.topic, str(partition.partition)]
+            leo.add_metric(labels, partition.log.log_end_offset)
+            size.add_metric(labels, partition.log.size_bytes)
+            if partition.role == ROLE_LEADER:
+                isr = len(partition.assignment.isr)
+                if isr < len(partition.assignment.replicas):
+                    under_replicated += 1
+                if isr < partition.min_insync_replicas:
+                    under_min_isr += 1
+        yield GaugeMetricFamily("ads_under_replicated_partitions", "led partitions whose ISR is smaller than "
+                                "their replica set", value=under_replicated)
+        yield GaugeMetricFamily("ads_under_min_isr_partition_count", "led partitions below min.insync.replicas",
+                                value=under_min_isr)
+        controller = getattr(getattr(self.broker, "zk", None), "controller", None)
+        active = bool(controller and controller.active)
+        yield GaugeMetricFamily("ads_active_controller_count", "1 on the active controller",
+                                value=1 if active else 0)
+        offline = controller.offline_partition_count() if active and hasattr(
+            controller, "offline_partition_count") else 0
+        yield GaugeMetricFamily("ads_offline_partitions_count", "partitions without a leader (controller only)",
+                                value=offline)
+        yield leo
+        yield size
