@@ -1,0 +1,196 @@
+"""The controller's leader decisions, pure: who leads each partition after a change.
+
+Order of choice (ARCHITECTURE.md invariant 7, KIP-966):
+
+1. a live ISR member, in replica order (so the preferred replica first);
+2. a live ELR member, in replica order: it left the ISR while the ISR was below
+   min ISR, so it holds every committed record (the HW was frozen, hw.py);
+3. only with unclean.leader.election.enable: any live, non-observer replica,
+   and the result says ``unclean=True`` so the loss is reported, never silent;
+4. otherwise no leader: the partition is offline (leader NO_LEADER, epoch bumped).
+
+A broker that restarted after an unclean shutdown is ``ineligible``: it leaves
+ISR and ELR and may lead again only after it caught up and the leader
+re-admitted it to the ISR (a replica that lost data re-syncs fully first).
+
+Every change bumps ``partition_epoch`` (the znode version the write is
+conditional on) and a new leader bumps ``leader_epoch``. ``on_brokers_changed``
+handles MANY partitions in one pass so the controller writes and notifies in
+batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+from ads_spark.errors import ErrorCode
+from ads_spark.replication.isr import next_elr
+from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
+
+# Test-only switch for the simulation's mutation tests: "any_replica" elects the
+# first live replica whether or not it is in sync (a planted bug).
+MUTATION: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """What the controller knows of one partition: assignment, znode and the configs it decides with."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]  # preferred first
+    observers: tuple[int, ...]
+    state: LeaderAndIsr
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A znode write to make (conditional on ``expected_partition_epoch``) and push to the replicas."""
+
+    topic: str
+    partition: int
+    new_state: LeaderAndIsr
+    expected_partition_epoch: int
+    unclean: bool = False  # the new leader was not in ISR/ELR: committed records may be lost
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    leader: int
+    unclean: bool
+
+
+def choose_leader(view: PartitionView, live: frozenset[int], ineligible: frozenset[int] = frozenset(),
+                  exclude: frozenset[int] = frozenset()) -> Choice:
+    """Pick the leader by the order in the module docstring (``exclude``: e.g. a broker shutting down)."""
+    ok = live - exclude - set(view.observers)
+    if MUTATION == "any_replica":
+        for r in view.replicas:
+            if r in ok:
+                return Choice(r, False)
+    for pool in (view.state.isr, view.state.elr):
+        for r in view.replicas:
+            if r in pool and r in ok and r not in ineligible:
+                return Choice(r, False)
+    if view.unclean_leader_election_enable:
+        for r in view.replicas:
+            if r in ok:
+                return Choice(r, True)
+    return Choice(NO_LEADER, False)
+
+
+def _decide(view: PartitionView, isr: frozenset[int], elr: frozenset[int], leader: int, new_epoch: bool,
+            controller_epoch: int, unclean: bool, reason: str) -> Decision:
+    cur = view.state
+    new = LeaderAndIsr(
+        leader=leader,
+        leader_epoch=cur.leader_epoch + 1 if new_epoch else cur.leader_epoch,
+        isr=tuple(sorted(isr)),
+        elr=tuple(sorted(elr - isr)),
+        partition_epoch=cur.partition_epoch + 1,
+        controller_epoch=controller_epoch,
+    )
+    return Decision(view.topic, view.partition, new, cur.partition_epoch, unclean, reason)
+
+
+def elect(view: PartitionView, live: frozenset[int], controller_epoch: int,
+          ineligible: frozenset[int] = frozenset(), exclude: frozenset[int] = frozenset(),
+          reason: str = "election") -> Decision:
+    """A new leader for ``view`` (maybe none), with the ISR and ELR that follow."""
+    cur = view.state
+    isr = frozenset(cur.isr) - ineligible
+    elr = frozenset(cur.elr) - ineligible
+    choice = choose_leader(replace(view, state=replace(cur, isr=tuple(isr), elr=tuple(elr))), live, ineligible,
+                           exclude)
+    if choice.leader == NO_LEADER:
+        return _decide(view, isr, elr, NO_LEADER, True, controller_epoch, False, reason + ": no eligible leader")
+    if choice.unclean:
+        return _decide(view, frozenset({choice.leader}), frozenset(), choice.leader, True, controller_epoch, True,
+                       reason + f": UNCLEAN election of out-of-sync replica {choice.leader}, committed records may be lost")
+    if choice.leader in isr:
+        return _decide(view, isr, elr, choice.leader, True, controller_epoch, False, reason)
+    new_isr = isr | {choice.leader}  # an ELR member leads: it rejoins the ISR
+    return _decide(view, new_isr, next_elr(isr, new_isr, elr, view.min_insync_replicas), choice.leader, True,
+                   controller_epoch, False, reason + ": from ELR")
+
+
+def on_brokers_changed(views: Iterable[PartitionView], live: frozenset[int], failed: frozenset[int],
+                       unclean_restarted: frozenset[int], controller_epoch: int) -> list[Decision]:
+    """One pass over all partitions after brokers died or re-registered.
+
+    ``failed``: brokers whose session ended or whose incarnation was replaced
+    (a restart); they leave every ISR. ``unclean_restarted``: of those, the ones
+    back after an unclean shutdown; they also leave every ELR. Offline
+    partitions get a new leader if one became possible.
+    """
+    decisions = []
+    for view in views:
+        cur = view.state
+        old_isr, old_elr = frozenset(cur.isr), frozenset(cur.elr)
+        new_isr = old_isr - failed
+        # Dead brokers stay ELR-eligible (KIP-966) unless they came back unclean.
+        new_elr = next_elr(old_isr, new_isr, old_elr, view.min_insync_replicas, unclean_restarted)
+        shrunk = replace(view, state=replace(cur, isr=tuple(new_isr), elr=tuple(new_elr)))
+        leader_gone = cur.leader == NO_LEADER or cur.leader in failed or cur.leader not in live
+        if leader_gone:
+            d = elect(shrunk, live, controller_epoch, unclean_restarted, reason="leader failed")
+            if d.new_state.leader == NO_LEADER and cur.leader == NO_LEADER and new_isr == old_isr \
+                    and new_elr == old_elr:
+                continue  # still offline, nothing new to write
+            decisions.append(d)
+        elif new_isr != old_isr or new_elr != old_elr:
+            decisions.append(_decide(view, new_isr, new_elr, cur.leader, False, controller_epoch, False,
+                                     f"brokers {sorted(failed & old_isr)} left the ISR"))
+    return decisions
+
+
+def preferred_leader_election(view: PartitionView, live: frozenset[int],
+                              controller_epoch: int) -> Decision | ErrorCode:
+    """Move leadership to the preferred replica, only if it is live and in the ISR."""
+    preferred = view.replicas[0]
+    if view.state.leader == preferred:
+        return ErrorCode.ELECTION_NOT_NEEDED
+    if preferred not in live or preferred not in view.state.isr:
+        return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    return _decide(view, frozenset(view.state.isr), frozenset(view.state.elr), preferred, True,
+                   controller_epoch, False, "preferred leader election")
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownPlan:
+    decisions: tuple[Decision, ...]
+    refused: tuple[tuple[str, int], ...]  # partitions the broker still leads/keeps because of min ISR
+
+
+def controlled_shutdown(views: Sequence[PartitionView], broker_id: int, live: frozenset[int],
+                        controller_epoch: int, force: bool = False) -> ShutdownPlan:
+    """Move leadership away from ``broker_id`` and take it out of ISRs, without going below min ISR.
+
+    A partition where leaving would drop the ISR below min ISR (or leave no
+    other in-sync leader) is refused unless ``force``; the broker should wait
+    and retry (controlled.shutdown.max.retries) before stopping anyway.
+    """
+    decisions, refused = [], []
+    for view in views:
+        cur = view.state
+        if broker_id not in cur.isr and cur.leader != broker_id:
+            continue
+        remaining = frozenset(cur.isr) - {broker_id}
+        others = remaining & (live - {broker_id})
+        if not force and (len(remaining) < view.min_insync_replicas or not others):
+            refused.append((view.topic, view.partition))
+            continue
+        # A clean shutdown lost nothing: it stays ELR-eligible if the ISR falls below min.
+        elr = next_elr(frozenset(cur.isr), remaining, frozenset(cur.elr), view.min_insync_replicas)
+        shrunk = replace(view, state=replace(cur, isr=tuple(remaining), elr=tuple(elr)))
+        if cur.leader == broker_id:
+            decisions.append(elect(shrunk, live, controller_epoch, exclude=frozenset({broker_id}),
+                                   reason=f"controlled shutdown of {broker_id}"))
+        else:
+            decisions.append(_decide(view, remaining, elr, cur.leader, False, controller_epoch, False,
+                                     f"controlled shutdown of {broker_id}"))
+    return ShutdownPlan(tuple(decisions), tuple(refused))

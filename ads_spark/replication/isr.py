@@ -1,0 +1,101 @@
+"""ISR decisions of a partition leader: who is in sync, and the ISR writes that follow.
+
+* Progress: a follower's LEO is its fetch offset; it is "caught up" at a fetch
+  that reaches the leader's LEO, or that reaches the LEO the leader had at the
+  follower's previous fetch (Kafka's rule, so a steady stream of produces does
+  not make a keeping-up follower look lagging).
+* Shrink: an ISR member not caught up for ``replica.lag.time.max.ms``, or whose
+  broker epoch changed (it restarted, and may have lost an unflushed tail).
+* Expand: a non-ISR replica (never an observer) whose LEO >= HW and >= the
+  start offset of the current leader epoch (so it has truncated to this
+  leader's history) and who fetched with its current broker epoch.
+* ELR (KIP-966): replicas removed while the ISR is below min ISR join the ELR;
+  a replica that joins the ISR leaves it; the ELR empties once the ISR reaches
+  min ISR again. ``next_elr`` is shared with the controller's election.py.
+
+A change is only proposed here (``proposal``); it takes effect when the
+version-conditional ZooKeeper write succeeds (IsrUpdateAccepted in partition.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ads_spark.replication.state import (
+    UNKNOWN_BROKER_EPOCH,
+    FollowerProgress,
+    LeaderAndIsr,
+    PartitionState,
+    PendingIsrChange,
+)
+
+
+def update_progress(prog: FollowerProgress, fetch_offset: int, broker_epoch: int, leader_log_end_offset: int,
+                    now_ms: int) -> FollowerProgress:
+    """The leader's view of a follower after a valid fetch at ``fetch_offset``."""
+    same_incarnation = prog.broker_epoch in (broker_epoch, UNKNOWN_BROKER_EPOCH)
+    # A reordered, older fetch of the same incarnation must not move its LEO back.
+    leo = max(prog.log_end_offset, fetch_offset) if same_incarnation else fetch_offset
+    if fetch_offset >= leader_log_end_offset:
+        caught_up_ms = now_ms
+    elif prog.last_fetch_leader_leo >= 0 and fetch_offset >= prog.last_fetch_leader_leo:
+        caught_up_ms = prog.last_fetch_ms
+    else:
+        caught_up_ms = prog.last_caught_up_ms
+    return FollowerProgress(
+        log_end_offset=leo,
+        last_caught_up_ms=max(caught_up_ms, prog.last_caught_up_ms),
+        last_fetch_ms=now_ms,
+        last_fetch_leader_leo=leader_log_end_offset,
+        broker_epoch=max(broker_epoch, prog.broker_epoch),
+    )
+
+
+def out_of_sync(state: PartitionState, now_ms: int) -> frozenset[int]:
+    """ISR members (not the leader) that lagged too long."""
+    lag_max = state.config.replica_lag_time_max_ms
+    out = set()
+    for replica in state.isr:
+        if replica == state.broker_id:
+            continue
+        prog = state.progress.get(replica)
+        if prog is None or now_ms - prog.last_caught_up_ms > lag_max:
+            out.add(replica)
+    return frozenset(out)
+
+
+def may_join(state: PartitionState, replica: int) -> bool:
+    """Whether ``replica`` qualifies to be added to the ISR now."""
+    if replica in state.isr or replica in state.observers or replica not in state.replicas:
+        return False
+    prog = state.progress.get(replica)
+    if prog is None or prog.broker_epoch == UNKNOWN_BROKER_EPOCH:
+        return False
+    return (prog.log_end_offset >= state.high_watermark
+            and prog.log_end_offset >= state.leader_epoch_start_offset)
+
+
+def next_elr(old_isr: frozenset[int], new_isr: frozenset[int], old_elr: frozenset[int], min_insync_replicas: int,
+             ineligible: frozenset[int] = frozenset()) -> frozenset[int]:
+    """KIP-966 eligible leader replicas after an ISR change."""
+    if len(new_isr) >= min_insync_replicas:
+        return frozenset()
+    # Members removed while the ISR is (now) below min ISR: the HW was computed with
+    # them until this change and is frozen from now on, so they hold every committed record.
+    removed = old_isr - new_isr
+    return (old_elr | removed) - new_isr - ineligible
+
+
+def proposal(state: PartitionState, new_isr: frozenset[int], now_ms: int,
+             ineligible: frozenset[int] = frozenset()) -> tuple[PartitionState, LeaderAndIsr]:
+    """Start an ISR write; the returned znode value is conditional on ``state.partition_epoch``."""
+    elr = next_elr(state.isr, new_isr, state.elr, state.config.min_insync_replicas, ineligible)
+    proposed = LeaderAndIsr(
+        leader=state.broker_id,
+        leader_epoch=state.leader_epoch,
+        isr=tuple(sorted(new_isr)),
+        elr=tuple(sorted(elr)),
+        partition_epoch=state.partition_epoch,
+    )
+    pending = PendingIsrChange(proposed=proposed, maximal_isr=state.isr | new_isr, sent_at_ms=now_ms)
+    return replace(state, pending_isr=pending), proposed

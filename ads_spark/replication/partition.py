@@ -1,0 +1,517 @@
+"""The dispatcher: ``step(state, event) -> (state, effects)`` for one partition replica on one broker.
+
+How the broker drives it (the contract for ``ads_spark/broker``):
+
+* The broker owns one ``PartitionState`` per hosted partition, built at start
+  by ``initial_state`` from what recovery found on disk (log start/end, HW
+  checkpoint, the epoch cache and producer table rebuilt from batch headers).
+* Every change goes through ``step`` under that partition's lock: a produce, a
+  follower's fetch, a fetch response on a follower, a controller's
+  leader-and-isr, the answer to an ISR write, and a periodic ``Tick(now_ms)``
+  (every ~``replica.lag.time.max.ms / 2`` or faster). Time is always an input.
+* The broker executes the returned effects **in list order, before feeding the
+  next event of the same partition**: ``AppendAsLeader`` / ``AppendFetched`` /
+  ``Truncate`` / ``ResetLog`` are disk writes the state already assumes done;
+  ``ProposeIsr`` is a ZooKeeper write conditional on the znode version whose
+  outcome comes back as ``IsrUpdateAccepted`` / ``IsrUpdateRejected``;
+  ``ReplyFetch`` says what to read and send; ``ProduceCompleted`` answers a
+  produce; ``HighWatermarkChanged`` / ``EpochCacheChanged`` are checkpoints to
+  persist lazily and wake-ups for long-polling fetches.
+* A follower asks ``fetch_request(state)`` what to fetch next; its fetcher
+  sends it and feeds the answer back as ``FetchResponse``.
+* Consumers ask ``check_consumer_fetch`` for the bound they may read to (HW).
+
+Errors here are outcomes (ErrorCode in an effect); only a broken invariant
+raises ``InvariantViolation``. ``check_invariants`` runs after every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Union
+
+from ads_spark.errors import ErrorCode, InvariantViolation
+from ads_spark.replication import acks, dedupe, epochs, hw, isr, roles
+from ads_spark.replication.state import (
+    LeaderAndIsr,
+    PartitionConfig,
+    PartitionState,
+    PendingProduce,
+    Role,
+    BatchInfo,
+    check_invariants,
+)
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeLeader:
+    """leader-and-isr from the controller naming this broker leader (or refreshing its ISR)."""
+
+    leader_and_isr: LeaderAndIsr
+    replicas: tuple[int, ...]
+    observers: tuple[int, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeFollower:
+    leader_and_isr: LeaderAndIsr
+    replicas: tuple[int, ...]
+    observers: tuple[int, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplica:
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Produce:
+    """A producer's batch arrived at this broker (checked here, appended by the broker)."""
+
+    request_id: int
+    acks: int  # 0, 1 or -1 (all)
+    record_count: int
+    timeout_ms: int
+    now_ms: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetch:
+    """A follower's (or observer's) fetch arrived at the leader."""
+
+    replica_id: int
+    broker_epoch: int
+    current_leader_epoch: int  # the sender's view
+    fetch_offset: int  # the follower has every offset below this
+    last_fetched_epoch: int  # latest epoch in the follower's cache, epochs.UNDEFINED_EPOCH if empty
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    """The leader's answer to this follower's fetch, with the batches it carried."""
+
+    leader_epoch: int
+    fetch_offset: int  # echo of the request's, to drop stale answers
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    batches: tuple[BatchInfo, ...] = ()  # contiguous from fetch_offset
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset exclusive)
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class IsrUpdateAccepted:
+    leader_and_isr: LeaderAndIsr  # as written, with the new partition epoch
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class IsrUpdateRejected:
+    """The conditional write failed; ``current`` is the znode re-read, None if ZooKeeper was unreachable."""
+
+    current: LeaderAndIsr | None
+    now_ms: int
+
+
+Event = Union[BecomeLeader, BecomeFollower, StopReplica, Produce, FollowerFetch, FetchResponse, Tick,
+              IsrUpdateAccepted, IsrUpdateRejected]
+
+# --------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class AppendAsLeader:
+    """Write the produce batch of ``request_id`` at ``base_offset`` stamped with ``leader_epoch``."""
+
+    request_id: int
+    base_offset: int
+    record_count: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendFetched:
+    """Append these batches of the fetch response (already checked to continue the log)."""
+
+    batches: tuple[BatchInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """Remove every record at or after ``end_offset_exclusive``."""
+
+    end_offset_exclusive: int
+    below_high_watermark: bool  # committed records removed: only after an unclean election; report it
+
+
+@dataclass(frozen=True, slots=True)
+class ResetLog:
+    """Delete the whole log and restart it empty at ``start_offset`` (follower behind leader's log start)."""
+
+    start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class HighWatermarkChanged:
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class EpochCacheChanged:
+    pairs: tuple[tuple[int, int], ...]  # (epoch, start offset), to persist as leader-epoch-checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceCompleted:
+    request_id: int
+    error: ErrorCode
+    base_offset: int  # -1 if not appended
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFetch:
+    """Answer a follower fetch: send whole batches in [fetch_offset, read_end_offset_exclusive) if error is NONE."""
+
+    replica_id: int
+    error: ErrorCode
+    leader_epoch: int
+    fetch_offset: int
+    read_end_offset_exclusive: int
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProposeIsr:
+    """Write ``proposed`` to the state znode if its version is still ``expected_partition_epoch``."""
+
+    proposed: LeaderAndIsr
+    expected_partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrRefused:
+    """The controller's request was stale; answer it with ``error`` (NONE: already applied)."""
+
+    error: ErrorCode
+    message: str
+
+
+Effect = Union[AppendAsLeader, AppendFetched, Truncate, ResetLog, HighWatermarkChanged, EpochCacheChanged,
+               ProduceCompleted, ReplyFetch, ProposeIsr, LeaderAndIsrRefused]
+
+
+# ------------------------------------------------------------ the dispatcher
+
+
+def initial_state(topic: str, partition: int, broker_id: int, config: PartitionConfig, *, log_start_offset: int = 0,
+                  log_end_offset: int = 0, high_watermark_checkpoint: int = 0,
+                  epoch_pairs: tuple[tuple[int, int], ...] = (),
+                  producers: dedupe.ProducerTable = dedupe.ProducerTable()) -> PartitionState:
+    """A replica as recovery left it: role NONE until the controller speaks."""
+    cache = epochs.truncate_from_end(epochs.from_pairs(epoch_pairs), log_end_offset + 1)
+    high_watermark = max(log_start_offset, min(high_watermark_checkpoint, log_end_offset))
+    state = PartitionState(topic=topic, partition=partition, broker_id=broker_id, config=config,
+                           log_start_offset=log_start_offset, log_end_offset=log_end_offset,
+                           high_watermark=high_watermark, epochs=cache, producers=producers)
+    check_invariants(state)
+    return state
+
+
+def step(state: PartitionState, event: Event) -> tuple[PartitionState, list[Effect]]:
+    """Apply one event; the only way a replica's replication state changes."""
+    match event:
+        case BecomeLeader() | BecomeFollower():
+            new, effects = _on_leader_and_isr(state, event)
+        case StopReplica():
+            new, done = roles.stop(state)
+            effects = _completions(done)
+        case Produce():
+            new, effects = _on_produce(state, event)
+        case FollowerFetch():
+            new, effects = _on_follower_fetch(state, event)
+        case FetchResponse():
+            new, effects = _on_fetch_response(state, event)
+        case Tick(now_ms=now_ms):
+            new, effects = _on_tick(state, now_ms)
+        case IsrUpdateAccepted():
+            new, effects = _on_isr_accepted(state, event)
+        case IsrUpdateRejected():
+            new, effects = _on_isr_rejected(state, event)
+        case _:
+            raise InvariantViolation(f"unknown event {event!r}")
+    check_invariants(new)
+    return new, effects
+
+
+def _completions(done: list[acks.Completion]) -> list[Effect]:
+    return [ProduceCompleted(c.request_id, c.error, c.base_offset) for c in done]
+
+
+def _settle(old: PartitionState, state: PartitionState, now_ms: int) -> tuple[PartitionState, list[Effect]]:
+    """After any leader change of LEO/progress/ISR: advance the HW and answer what can be answered."""
+    new_hw = hw.next_high_watermark(state)
+    effects: list[Effect] = []
+    if new_hw != state.high_watermark:
+        state = replace(state, high_watermark=new_hw)
+    if state.high_watermark != old.high_watermark:
+        effects.append(HighWatermarkChanged(state.high_watermark))
+    if state.pending_produces:
+        rest, done = acks.complete(state.pending_produces, state.high_watermark, len(state.isr),
+                                   state.config.min_insync_replicas, now_ms)
+        state = replace(state, pending_produces=rest)
+        effects.extend(_completions(done))
+    return state, effects
+
+
+def _on_leader_and_isr(state: PartitionState, event: BecomeLeader | BecomeFollower):
+    lai = event.leader_and_isr
+    refusal = roles.check_leader_and_isr(state, lai)
+    if refusal is not None:
+        return state, [LeaderAndIsrRefused(refusal.error, refusal.message)]
+    if isinstance(event, BecomeLeader):
+        if lai.leader != state.broker_id:
+            raise InvariantViolation(f"BecomeLeader for leader {lai.leader} sent to broker {state.broker_id}")
+        new, done = roles.become_leader(state, lai, event.replicas, event.observers, event.now_ms)
+    else:
+        new, done = roles.become_follower(state, lai, event.replicas, event.observers)
+    effects: list[Effect] = _completions(done)
+    if new.epochs != state.epochs:
+        effects.append(EpochCacheChanged(tuple(new.epochs.as_pairs())))
+    new, more = _settle(state, new, event.now_ms)
+    return new, effects + more
+
+
+def _on_produce(state: PartitionState, event: Produce):
+    error = acks.check_before_append(state, event.acks)
+    if error is not ErrorCode.NONE:
+        return state, [ProduceCompleted(event.request_id, error, -1)]
+    verdict = dedupe.check(state.producers, event.producer_id, event.producer_epoch, event.base_sequence,
+                           event.record_count)
+    effects: list[Effect] = []
+    match verdict:
+        case dedupe.Duplicate(base_offset=base, last_offset=last):
+            pass
+        case dedupe.Append():
+            base, last = state.log_end_offset, state.log_end_offset + event.record_count - 1
+            batch = BatchInfo(base, event.record_count, state.leader_epoch, event.producer_id,
+                              event.producer_epoch, event.base_sequence)
+            state = replace(state, log_end_offset=last + 1,
+                            producers=dedupe.record_append(state.producers, batch))
+            effects.append(AppendAsLeader(event.request_id, base, event.record_count, state.leader_epoch))
+        case dedupe.OutOfOrderSequence():
+            return state, [ProduceCompleted(event.request_id, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)]
+        case dedupe.InvalidProducerEpoch():
+            return state, [ProduceCompleted(event.request_id, ErrorCode.INVALID_PRODUCER_EPOCH, -1)]
+        case _:
+            return state, [ProduceCompleted(event.request_id, ErrorCode.UNKNOWN_PRODUCER_ID, -1)]
+    if event.acks == acks.Acks.ALL:
+        pending = PendingProduce(event.request_id, base, last, event.now_ms + event.timeout_ms)
+        old = state
+        state = replace(state, pending_produces=acks.add_pending(state.pending_produces, pending))
+    else:
+        old = state
+        if event.acks == acks.Acks.LEADER:
+            effects.append(ProduceCompleted(event.request_id, ErrorCode.NONE, base))
+    new, more = _settle(old, state, event.now_ms)
+    return new, effects + more
+
+
+def _fetch_error(state: PartitionState, event: FollowerFetch) -> ErrorCode:
+    if state.role is not Role.LEADER or state.fenced:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if event.current_leader_epoch < state.leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    if event.current_leader_epoch > state.leader_epoch:
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    if event.replica_id not in state.progress:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if event.broker_epoch < state.progress[event.replica_id].broker_epoch:
+        return ErrorCode.STALE_BROKER_EPOCH
+    return ErrorCode.NONE
+
+
+def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
+    def reply(error: ErrorCode, s: PartitionState, diverging=None) -> ReplyFetch:
+        return ReplyFetch(event.replica_id, error, s.leader_epoch, event.fetch_offset, s.log_end_offset,
+                          s.high_watermark, s.log_start_offset, diverging)
+
+    error = _fetch_error(state, event)
+    if error is not ErrorCode.NONE:
+        return state, [reply(error, state)]
+    diverging = epochs.diverging_epoch(state.epochs, state.log_end_offset, event.fetch_offset,
+                                       event.last_fetched_epoch)
+    if diverging is not None:
+        return state, [reply(ErrorCode.NONE, state, diverging)]
+    if event.fetch_offset > state.log_end_offset or event.fetch_offset < state.log_start_offset:
+        return state, [reply(ErrorCode.OFFSET_OUT_OF_RANGE, state)]
+    old_prog = state.progress[event.replica_id]
+    prog = isr.update_progress(old_prog, event.fetch_offset, event.broker_epoch, state.log_end_offset, event.now_ms)
+    new = replace(state, progress={**state.progress, event.replica_id: prog})
+    effects: list[Effect] = []
+    restarted = old_prog.broker_epoch >= 0 and event.broker_epoch > old_prog.broker_epoch
+    if new.pending_isr is None:
+        if restarted and event.replica_id in new.isr:
+            new, proposed = isr.proposal(new, new.isr - {event.replica_id}, event.now_ms,
+                                         ineligible=frozenset({event.replica_id}))
+            effects.append(ProposeIsr(proposed, proposed.partition_epoch))
+        elif isr.may_join(new, event.replica_id):
+            new, proposed = isr.proposal(new, new.isr | {event.replica_id}, event.now_ms)
+            effects.append(ProposeIsr(proposed, proposed.partition_epoch))
+    new, more = _settle(state, new, event.now_ms)
+    return new, effects + more + [reply(ErrorCode.NONE, new)]
+
+
+def _on_fetch_response(state: PartitionState, event: FetchResponse):
+    if (state.role is not Role.FOLLOWER or event.leader_epoch != state.leader_epoch
+            or event.fetch_offset != state.log_end_offset or event.error is not ErrorCode.NONE):
+        # Stale, or an error the fetcher handles by backing off and refreshing metadata.
+        return state, []
+    if event.diverging_epoch is not None:
+        return _truncate_to(state, epochs.truncation_target(state.epochs, state.log_end_offset,
+                                                            event.diverging_epoch))
+    if event.log_start_offset > state.log_end_offset:
+        new = replace(state, log_start_offset=event.log_start_offset, log_end_offset=event.log_start_offset,
+                      high_watermark=event.log_start_offset, epochs=epochs.EpochCache(),
+                      producers=dedupe.ProducerTable())
+        return new, [ResetLog(event.log_start_offset)]
+    new, effects = state, []
+    if event.batches:
+        new = _append_fetched(state, event)
+        effects.append(AppendFetched(event.batches))
+        if new.epochs != state.epochs:
+            effects.append(EpochCacheChanged(tuple(new.epochs.as_pairs())))
+    new_hw = hw.follower_high_watermark(new.high_watermark, event.high_watermark, new.log_end_offset)
+    if new_hw != state.high_watermark:
+        new = replace(new, high_watermark=new_hw)
+        effects.append(HighWatermarkChanged(new_hw))
+    return new, effects
+
+
+def _append_fetched(state: PartitionState, event: FetchResponse) -> PartitionState:
+    leo, cache, producers = state.log_end_offset, state.epochs, state.producers
+    for batch in event.batches:
+        if batch.base_offset != leo or batch.record_count <= 0:
+            raise InvariantViolation(f"fetched batch at {batch.base_offset} does not continue the log at {leo}")
+        if batch.leader_epoch > event.leader_epoch or batch.leader_epoch < cache.latest_epoch:
+            raise InvariantViolation(f"fetched batch epoch {batch.leader_epoch} out of order"
+                                     f" (cache latest {cache.latest_epoch}, leader {event.leader_epoch})")
+        cache = epochs.assign(cache, batch.leader_epoch, batch.base_offset)
+        producers = dedupe.record_append(producers, batch)
+        leo = batch.base_offset + batch.record_count
+    return replace(state, log_end_offset=leo, epochs=cache, producers=producers)
+
+
+# Test-only switch for the simulation's mutation tests: "hw" truncates a diverged
+# follower to its HW instead of the epoch divergence point (the pre-KIP-101 bug).
+TRUNCATION_MUTATION: str | None = None
+
+
+def _truncate_to(state: PartitionState, target: int):
+    if TRUNCATION_MUTATION == "hw":
+        target = state.high_watermark
+    if target >= state.log_end_offset:
+        return state, []
+    below_hw = target < state.high_watermark
+    new = replace(state, log_end_offset=target, high_watermark=min(state.high_watermark, target),
+                  epochs=epochs.truncate_from_end(state.epochs, target),
+                  producers=dedupe.truncate(state.producers, target))
+    effects: list[Effect] = [Truncate(target, below_hw), EpochCacheChanged(tuple(new.epochs.as_pairs()))]
+    if below_hw:
+        effects.append(HighWatermarkChanged(new.high_watermark))
+    return new, effects
+
+
+def _on_tick(state: PartitionState, now_ms: int):
+    if not state.is_leader:
+        return state, []
+    effects: list[Effect] = []
+    new = state
+    pending = state.pending_isr
+    if pending is not None:
+        if now_ms - pending.sent_at_ms >= state.config.isr_update_retry_ms:
+            new = replace(state, pending_isr=replace(pending, sent_at_ms=now_ms))
+            effects.append(ProposeIsr(pending.proposed, pending.proposed.partition_epoch))
+    else:
+        lagging = isr.out_of_sync(state, now_ms)
+        if lagging:
+            new, proposed = isr.proposal(state, state.isr - lagging, now_ms)
+            effects.append(ProposeIsr(proposed, proposed.partition_epoch))
+    new, more = _settle(state, new, now_ms)
+    return new, effects + more
+
+
+def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
+    lai = event.leader_and_isr
+    if (state.role is not Role.LEADER or state.fenced or lai.leader != state.broker_id
+            or lai.leader_epoch != state.leader_epoch or lai.partition_epoch <= state.partition_epoch):
+        return state, []  # an answer to an older term or a repeat
+    new = replace(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
+                  pending_isr=None)
+    return _settle(state, new, event.now_ms)
+
+
+def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
+    if state.role is not Role.LEADER or state.fenced or event.current is None:
+        return state, []  # unreachable ZooKeeper: the Tick re-sends after isr_update_retry_ms
+    cur = event.current
+    if cur.leader == state.broker_id and cur.leader_epoch == state.leader_epoch:
+        # Someone (the controller) changed the znode within our term: adopt it and decide again.
+        if cur.partition_epoch < state.partition_epoch:
+            return state, []
+        new = replace(state, isr=frozenset(cur.isr), elr=frozenset(cur.elr), partition_epoch=cur.partition_epoch,
+                      pending_isr=None)
+        if state.broker_id not in new.isr:
+            new, done = roles.fence(new)
+            return new, _completions(done)
+        return _settle(state, new, event.now_ms)
+    new, done = roles.fence(state)
+    return new, _completions(done)
+
+
+# ------------------------------------------------------------ queries
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    leader: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+
+
+def fetch_request(state: PartitionState) -> FetchRequest | None:
+    """What a follower's fetcher should ask its leader for next (None unless following a leader)."""
+    if state.role is not Role.FOLLOWER or state.leader < 0:
+        return None
+    return FetchRequest(state.leader, state.leader_epoch, state.log_end_offset, state.epochs.latest_epoch)
+
+
+def check_consumer_fetch(state: PartitionState, current_leader_epoch: int | None, fetch_offset: int,
+                         allow_follower: bool = False) -> tuple[ErrorCode, int]:
+    """(error, end_offset_exclusive) for a consumer read: never at or past the HW."""
+    if state.role is Role.NONE or (state.role is Role.FOLLOWER and not allow_follower) or state.fenced:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+    if current_leader_epoch is not None:
+        if current_leader_epoch < state.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH, -1
+        if current_leader_epoch > state.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH, -1
+    if fetch_offset < state.log_start_offset or fetch_offset > state.high_watermark:
+        return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+    return ErrorCode.NONE, state.high_watermark
