@@ -291,6 +291,9 @@ def _on_leader_and_isr(state: PartitionState, event: BecomeLeader | BecomeFollow
     else:
         new, done = roles.become_follower(state, lai, event.replicas, event.observers)
     effects: list[Effect] = _completions(done)
+    if TRUNCATION_MUTATION == "hw" and new.role is Role.FOLLOWER:
+        new, truncated = _truncate_to(new, new.high_watermark)  # the pre-KIP-101 behaviour
+        effects.extend(truncated)
     if new.epochs != state.epochs:
         effects.append(EpochCacheChanged(tuple(new.epochs.as_pairs())))
     new, more = _settle(state, new, event.now_ms)
@@ -417,8 +420,9 @@ def _append_fetched(state: PartitionState, event: FetchResponse) -> PartitionSta
     return replace(state, log_end_offset=leo, epochs=cache, producers=producers)
 
 
-# Test-only switch for the simulation's mutation tests: "hw" truncates a diverged
-# follower to its HW instead of the epoch divergence point (the pre-KIP-101 bug).
+# Test-only switch for the simulation's mutation tests: "hw" truncates a new or
+# diverged follower to its own (possibly stale) HW instead of the epoch divergence
+# point: the pre-KIP-101 bug.
 TRUNCATION_MUTATION: str | None = None
 
 

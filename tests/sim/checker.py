@@ -1,0 +1,179 @@
+"""The invariants, checked after every step of the simulation.
+
+What is checked, precisely ("replica" = one broker's copy of one partition;
+"incarnation" = one run of a broker process, between restarts):
+
+1. one leader per epoch: no two brokers ever hold role LEADER for the same
+   (partition, leader epoch);
+2. a replica's leader epoch never decreases within an incarnation;
+3. a replica's HW never decreases within an incarnation, except by a truncation
+   below the HW that the core reported, and that is only allowed in a partition
+   that had an (also reported) unclean election;
+4. HW <= LEO of every ISR member: for the current leader L (ZooKeeper's leader,
+   in its epoch), every member m of L's committed ISR that is alive, follows L
+   in the same epoch and is the same incarnation L last heard from, has
+   LEO(m) >= HW(L);
+5. committed history: the first replica whose HW passes offset o fixes the
+   committed record at o; every replica's records below its own HW must be the
+   same record (so replica logs are identical below the HW, and what any
+   reader saw below a HW never changes);
+6. acknowledged acks=all records: at ack time the record is in the committed
+   history at its offset and on every ISR member as in 4;
+7. no committed (hence no acknowledged) record is lost: when a truncation or a
+   crash removes a committed record from a replica, some replica's disk must
+   still hold it. If the last copy went in a crash (all holders crashed and lost
+   their unflushed tails: outside Kafka's "one in-sync replica alive"
+   guarantee) the partition is marked *voided* and not checked further;
+   if it went by a truncation, it is a violation;
+8. consumers (reading the leader, or a follower KIP-392 style) never see an
+   offset >= that replica's HW, and what they see is the committed history;
+9. idempotence: no record id appears twice in the committed history.
+"""
+
+from __future__ import annotations
+
+from ads_spark.replication.state import Role
+
+
+class Checker:
+    def __init__(self):
+        self.cluster = None
+        self.step_no = 0
+        self.violations: list[str] = []
+        self.leader_of_epoch: dict[tuple[int, int], int] = {}
+        self.last_epoch: dict[tuple[int, int, int], int] = {}
+        self.last_hw: dict[tuple[int, int, int], int] = {}
+        self.reference: dict[int, list[int]] = {}
+        self.seen_rids: dict[int, set[int]] = {}
+        self.checked_upto: dict[tuple[int, int], int] = {}
+        self.unclean: set[int] = set()
+        self.unclean_reasons: list[str] = []
+        self.voided: set[int] = set()
+        self.acked_all = 0
+        self.acked_one = 0
+        self.consumed = 0
+        self.losses: list[str] = []
+
+    def fail(self, invariant: str, detail: str) -> None:
+        if len(self.violations) < 20:
+            self.violations.append(f'invariant "{invariant}": {detail} (step {self.step_no}, t={self.cluster.now}ms)')
+
+    # ---- hooks called by the model
+    def on_election(self, decision) -> None:
+        if decision.unclean:
+            self.unclean.add(decision.partition)
+            self.unclean_reasons.append(decision.reason)
+
+    def on_state(self, broker, p: int, state, fresh: bool = False) -> None:
+        key = (broker.id, broker.incarnation, p)
+        if fresh:
+            self.checked_upto[(broker.id, p)] = 0
+            self.last_hw[key] = state.high_watermark
+        if state.role is Role.LEADER:
+            holder = self.leader_of_epoch.setdefault((p, state.leader_epoch), broker.id)
+            if holder != broker.id:
+                self.fail("one leader per epoch", f"p{p} epoch {state.leader_epoch}: brokers {holder} and {broker.id}")
+        if state.leader_epoch < self.last_epoch.get(key, -1):
+            self.fail("leader epoch never decreases", f"broker {broker.id} p{p}")
+        self.last_epoch[key] = state.leader_epoch
+        if state.high_watermark < self.last_hw.get(key, 0) and p not in self.unclean:
+            self.fail("HW never decreases", f"broker {broker.id} p{p}: {self.last_hw[key]} -> {state.high_watermark}")
+        self.last_hw[key] = state.high_watermark
+        self._check_committed(broker, p, state.high_watermark)
+
+    def _check_committed(self, broker, p: int, hw: int) -> None:
+        if p in self.voided:
+            return
+        disk = broker.disks[p]
+        ref = self.reference.setdefault(p, [])
+        seen = self.seen_rids.setdefault(p, set())
+        start = self.checked_upto.get((broker.id, p), 0)
+        for o in range(start, min(hw, disk.end_offset)):
+            rid = disk.rids[o]
+            if o < len(ref):
+                if ref[o] != rid:
+                    self.fail("replica logs identical below the HW",
+                              f"p{p} offset {o}: broker {broker.id} has record {rid}, committed was {ref[o]}")
+                    return
+            elif o == len(ref):
+                if rid in seen:
+                    self.fail("idempotence: no record committed twice", f"p{p} record {rid} again at {o}")
+                seen.add(rid)
+                ref.append(rid)
+        if hw > start:
+            self.checked_upto[(broker.id, p)] = max(start, min(hw, disk.end_offset))
+
+    def on_data_removed(self, broker, p: int, new_end: int, cause: str, below_hw: bool = False) -> None:
+        key = (broker.id, p)
+        self.checked_upto[key] = min(self.checked_upto.get(key, 0), new_end)
+        if below_hw and p not in self.unclean:
+            self.fail("truncate never below the HW without an unclean election", f"broker {broker.id} p{p} to {new_end}")
+        if p in self.voided:
+            return
+        ref = self.reference.get(p, [])
+        for o in range(new_end, len(ref)):
+            holders = [b.id for b in self.cluster.brokers.values()
+                       if b.disks[p].end_offset > o and b.disks[p].rids[o] == ref[o]]
+            if not holders:
+                if cause == "crash":
+                    self.voided.add(p)
+                    return
+                msg = f"p{p} committed record {ref[o]} at offset {o} gone after {cause} on broker {broker.id}"
+                self.losses.append(msg)
+                self.fail("no acknowledged record lost", msg)
+                return
+
+    def on_ack(self, p: int, acks: int, base_offset: int, rids: tuple[int, ...]) -> None:
+        if acks != -1:
+            self.acked_one += len(rids)
+            return
+        self.acked_all += len(rids)
+        if p in self.voided:
+            return
+        ref = self.reference.get(p, [])
+        for i, rid in enumerate(rids):
+            o = base_offset + i
+            if o >= len(ref) or ref[o] != rid:
+                self.fail("acks=all acknowledged only when committed",
+                          f"p{p} record {rid} acked at {o}, committed history has "
+                          f"{ref[o] if o < len(ref) else 'nothing'}")
+                return
+        leader = self.cluster.leader_state(p)
+        if leader is not None:
+            for m, disk in self._synced_members(p, leader):
+                last = base_offset + len(rids) - 1
+                if disk.end_offset <= last or disk.rids[last] != rids[-1]:
+                    self.fail("acked records on every ISR member", f"p{p} offset {last} missing on broker {m}")
+
+    def _synced_members(self, p: int, leader):
+        for m in leader.isr:
+            if m == leader.broker_id:
+                continue
+            b = self.cluster.brokers[m]
+            s = b.states[p]
+            prog = leader.progress.get(m)
+            if (b.alive and prog is not None and b.broker_epoch == prog.broker_epoch and s.role is Role.FOLLOWER
+                    and s.leader_epoch == leader.leader_epoch):
+                yield m, b.disks[p]
+
+    def after_step(self) -> None:
+        self.step_no += 1
+        for p in self.cluster.zk.partitions:
+            leader = self.cluster.leader_state(p)
+            if leader is None or p in self.unclean:
+                continue
+            for m, disk in self._synced_members(p, leader):
+                if disk.end_offset < leader.high_watermark:
+                    self.fail("HW <= LEO of every ISR member",
+                              f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.end_offset} of {m}")
+
+    def on_consume(self, broker, p: int, start: int, end_exclusive: int) -> None:
+        state, disk = broker.states[p], broker.disks[p]
+        if end_exclusive > state.high_watermark:
+            self.fail("consumers never see an offset >= HW", f"p{p} read to {end_exclusive} > HW {state.high_watermark}")
+        ref = self.reference.get(p, [])
+        for o in range(start, min(end_exclusive, disk.end_offset)):
+            self.consumed += 1
+            if p not in self.voided and (o >= len(ref) or ref[o] != disk.rids[o]):
+                self.fail("consumers see only committed records", f"p{p} offset {o} on broker {broker.id}")
+                return

@@ -1,0 +1,232 @@
+"""A seeded, single-threaded model of an ADS cluster that runs the REAL replication core.
+
+Everything a real cluster has that can fail is modelled, small and bounded:
+
+* ``SimNet``: messages between nodes with delay (so reordering), random drops,
+  and cut links (one-way or both ways); bounded in-flight queue.
+* ``SimZk``: versioned znodes for partition state, ephemeral broker
+  registrations with a broker epoch (a czxid-like counter), sessions that expire
+  ``session_timeout_ms`` after the last heartbeat, the /controller election and
+  controller epoch, and a persistent note of which registration the controller
+  has already handled (so bounce handling survives controller failover).
+* ``DiskLog``: a replica's batches; a crash keeps only the flushed prefix.
+* ``SimBroker``: one ``PartitionState`` per partition driven only by
+  ``partition.step``; it executes the effects (disk, ZooKeeper writes, replies).
+* ``SimController``: runs on the broker holding /controller and decides with
+  ``election.py``; writes are conditional on the znode version and on the
+  controller epoch.
+* ``SimProducer`` (acks=all or 1, idempotent, one batch in flight per
+  partition, bounded retries) and consumers live in runner.py/checker.py.
+
+Nothing here uses wall-clock time or threads; ``now_ms`` is the model's clock and
+every random choice comes from the one ``random.Random(seed)`` of the run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+
+from ads_spark.errors import ErrorCode
+from ads_spark.replication import dedupe, election, epochs
+from ads_spark.replication import partition as core
+from ads_spark.replication.state import BatchInfo, LeaderAndIsr, PartitionConfig, Role
+
+CLIENT = 100  # network id of producers and consumers
+IN_FLIGHT_MAX = 4000  # bound on queued network messages
+FETCH_TIMEOUT_MS = 60
+FETCH_BATCHES_MAX = 4
+METADATA_RESEND_MS = 40
+
+
+# ------------------------------------------------------------------ messages
+
+
+@dataclass(frozen=True)
+class FetchReq:
+    p: int
+    replica: int
+    broker_epoch: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchResp:
+    p: int
+    resp: core.FetchResponse
+    rids: tuple[tuple[int, ...], ...]  # record ids per batch
+
+
+@dataclass(frozen=True)
+class LeaderAndIsrMsg:
+    p: int
+    lai: LeaderAndIsr
+    replicas: tuple[int, ...]
+    controller_epoch: int
+    broker_epoch: int  # of the target, as the controller knows it (KIP-380)
+
+
+@dataclass(frozen=True)
+class ProduceReq:
+    req_id: int
+    p: int
+    acks: int
+    rids: tuple[int, ...]
+    pid: int
+    pepoch: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class ProduceResp:
+    req_id: int
+    error: ErrorCode
+    base_offset: int
+
+
+@dataclass(frozen=True)
+class ZkWrite:  # a leader's ISR write travelling to ZooKeeper and back
+    p: int
+    proposed: LeaderAndIsr
+    expected: int
+
+
+class SimNet:
+    def __init__(self, rng: random.Random, drop_prob: float = 0.0, delay_ms: tuple[int, int] = (1, 8)):
+        self.rng = rng
+        self.drop_prob = drop_prob
+        self.delay_ms = delay_ms
+        self.cut: set[tuple[int, int]] = set()  # (src, dst) links that lose everything
+        self.queue: list = []
+        self.seq = itertools.count()
+
+    def blocked(self, src: int, dst: int) -> bool:
+        return (src, dst) in self.cut
+
+    def send(self, now_ms: int, src: int, dst: int, msg, dst_incarnation: int = -1) -> None:
+        if len(self.queue) >= IN_FLIGHT_MAX or self.blocked(src, dst):
+            return
+        if src != dst and self.rng.random() < self.drop_prob:
+            return
+        at = now_ms + self.rng.randint(*self.delay_ms)
+        heapq.heappush(self.queue, (at, next(self.seq), src, dst, dst_incarnation, msg))
+
+    def due(self, now_ms: int):
+        while self.queue and self.queue[0][0] <= now_ms:
+            _, _, src, dst, inc, msg = heapq.heappop(self.queue)
+            if not self.blocked(src, dst):
+                yield src, dst, inc, msg
+
+
+# ------------------------------------------------------------------ ZooKeeper
+
+
+@dataclass
+class Registration:
+    broker_epoch: int
+    session: int
+    clean: bool  # False when the broker came back from a crash (unclean shutdown)
+
+
+class SimZk:
+    def __init__(self, session_timeout_ms: int):
+        self.session_timeout_ms = session_timeout_ms
+        self.czxid = itertools.count(1)
+        self.sessions: dict[int, tuple[int, int]] = {}  # session -> (broker, last heartbeat ms)
+        self.brokers: dict[int, Registration] = {}  # /brokers/ids ephemeral
+        self.handled: dict[int, int] = {}  # persistent: broker -> registration epoch the controller processed
+        self.controller: tuple[int, int] | None = None  # (broker, session), ephemeral
+        self.controller_epoch = 0
+        self.partitions: dict[int, LeaderAndIsr] = {}
+
+    def open_session(self, broker: int, now_ms: int) -> int:
+        sid = next(self.czxid)
+        self.sessions[sid] = (broker, now_ms)
+        return sid
+
+    def heartbeat(self, sid: int, now_ms: int) -> bool:
+        if sid not in self.sessions:
+            return False
+        self.sessions[sid] = (self.sessions[sid][0], now_ms)
+        return True
+
+    def expire(self, now_ms: int) -> None:
+        for sid, (_, last) in list(self.sessions.items()):
+            if now_ms - last > self.session_timeout_ms:
+                del self.sessions[sid]
+        self.brokers = {b: r for b, r in self.brokers.items() if r.session in self.sessions}
+        if self.controller and self.controller[1] not in self.sessions:
+            self.controller = None
+
+    def register(self, broker: int, sid: int, clean: bool) -> int | None:
+        if broker in self.brokers or sid not in self.sessions:
+            return None  # the old ephemeral has not expired yet
+        epoch = next(self.czxid)
+        self.brokers[broker] = Registration(epoch, sid, clean)
+        return epoch
+
+    def cond_write(self, p: int, new: LeaderAndIsr, expected: int, controller_epoch: int | None = None) -> bool:
+        cur = self.partitions[p]
+        if cur.partition_epoch != expected:
+            return False
+        if controller_epoch is not None and controller_epoch != self.controller_epoch:
+            return False
+        if new.partition_epoch != expected + 1:
+            new = LeaderAndIsr(new.leader, new.leader_epoch, new.isr, new.elr, expected + 1,
+                               new.controller_epoch if controller_epoch is None else controller_epoch)
+        self.partitions[p] = new
+        return True
+
+
+# ------------------------------------------------------------------ disk
+
+
+@dataclass
+class DiskLog:
+    batches: list = field(default_factory=list)  # BatchInfo
+    rids: list = field(default_factory=list)  # record id per offset
+    flushed_batches: int = 0
+    hw_checkpoint: int = 0
+
+    @property
+    def end_offset(self) -> int:
+        return len(self.rids)
+
+    def append(self, info: BatchInfo, rids: tuple[int, ...]) -> None:
+        assert info.base_offset == len(self.rids) and len(rids) == info.record_count
+        self.batches.append(info)
+        self.rids.extend(rids)
+
+    def truncate(self, end: int) -> None:
+        keep = []
+        for b in self.batches:
+            if b.next_offset <= end:
+                keep.append(b)
+            elif b.base_offset < end:  # only a planted bug cuts mid-batch
+                keep.append(BatchInfo(b.base_offset, end - b.base_offset, b.leader_epoch, -1, -1, -1))
+        self.batches = keep
+        del self.rids[end:]
+        self.flushed_batches = min(self.flushed_batches, len(self.batches))
+
+    def flush(self, hw: int) -> None:
+        self.flushed_batches = len(self.batches)
+        self.hw_checkpoint = min(hw, self.end_offset)
+
+    def crash(self) -> None:
+        self.batches = self.batches[: self.flushed_batches]
+        del self.rids[(self.batches[-1].next_offset if self.batches else 0):]
+        self.hw_checkpoint = min(self.hw_checkpoint, self.end_offset)
+
+    def epoch_at(self, offset: int) -> int:
+        for b in reversed(self.batches):
+            if b.base_offset <= offset:
+                return b.leader_epoch
+        return -1
+
+    def read(self, start: int, end: int) -> list[BatchInfo]:
+        out = [b for b in self.batches if b.base_offset >= start and b.next_offset <= end]
+        return out[:FETCH_BATCHES_MAX]

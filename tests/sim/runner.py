@@ -1,0 +1,192 @@
+"""Random schedules: a seed picks every fault, delay, produce and read; the checker judges each step.
+
+``run_schedule(seed)`` is deterministic: the same seed replays the same run
+(``ADS_SIM_SEED=<seed> pytest tests/sim -k random``).
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ads_spark.errors import ErrorCode
+from ads_spark.replication import election, hw
+from ads_spark.replication import partition as core
+
+from tests.sim.checker import Checker
+from tests.sim.cluster import Cluster, SimConfig
+from tests.sim.model import ProduceResp
+
+PRODUCE_TIMEOUT_MS = 120
+PRODUCE_RETRIES_MAX = 6
+RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
+             ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT}
+
+
+@dataclass
+class InFlight:
+    req_id: int
+    acks: int
+    rids: tuple[int, ...]
+    seq: int
+    sent_ms: int
+    retries: int = 0
+
+
+class SimProducer:
+    """acks=all idempotent producer (one batch in flight per partition) plus plain acks=1 sends."""
+
+    def __init__(self, cluster: Cluster, pid: int = 7):
+        self.c = cluster
+        self.pid = pid
+        self.pepoch = 0
+        self.next_seq = {p: 0 for p in cluster.zk.partitions}
+        self.inflight: dict[int, InFlight] = {}  # partition -> batch
+        self.by_req: dict[int, int] = {}
+        self.next_rid = 1
+
+    def _rids(self, n: int) -> tuple[int, ...]:
+        rids = tuple(range(self.next_rid, self.next_rid + n))
+        self.next_rid += n
+        return rids
+
+    def send(self, p: int, n: int = 1, acks: int = -1) -> None:
+        if acks != -1:
+            req = self.c.send_produce(p, acks, self._rids(n))
+            self.by_req[req] = -1
+            return
+        if p in self.inflight:
+            return
+        rids = self._rids(n)
+        seq = self.next_seq[p]
+        req = self.c.send_produce(p, -1, rids, self.pid, self.pepoch, seq)
+        self.inflight[p] = InFlight(req, -1, rids, seq, self.c.now)
+        self.by_req[req] = p
+
+    def _resend(self, p: int) -> None:
+        f = self.inflight[p]
+        if f.retries >= PRODUCE_RETRIES_MAX:
+            del self.inflight[p]  # give up on this batch; a new epoch restarts the sequences
+            self.pepoch += 1
+            self.next_seq = {q: 0 for q in self.next_seq}
+            for q in list(self.inflight):
+                del self.inflight[q]
+            return
+        req = self.c.send_produce(p, -1, f.rids, self.pid, self.pepoch, f.seq)
+        self.inflight[p] = InFlight(req, -1, f.rids, f.seq, self.c.now, f.retries + 1)
+        self.by_req[req] = p
+
+    def on_response(self, msg: ProduceResp) -> None:
+        p = self.by_req.pop(msg.req_id, None)
+        if p is None:
+            return
+        meta = self.c.requests[msg.req_id]
+        if p == -1:
+            if msg.error is ErrorCode.NONE:
+                self.c.checker.on_ack(meta.p, meta.acks, msg.base_offset, meta.rids)
+            return
+        f = self.inflight.get(p)
+        if f is None or f.req_id != msg.req_id:
+            return
+        if msg.error is ErrorCode.NONE:
+            self.c.checker.on_ack(p, -1, msg.base_offset, f.rids)
+            del self.inflight[p]
+            self.next_seq[p] = f.seq + len(f.rids)
+        elif msg.error in RETRIABLE:
+            self._resend(p)
+        else:
+            self.inflight[p] = InFlight(f.req_id, -1, f.rids, f.seq, f.sent_ms, PRODUCE_RETRIES_MAX)
+            self._resend(p)
+
+    def tick(self) -> None:
+        for p, f in list(self.inflight.items()):
+            if self.c.now - f.sent_ms > PRODUCE_TIMEOUT_MS and p in self.inflight:
+                self._resend(p)
+
+
+def consume(cluster: Cluster, rng: random.Random, p: int, follower: bool) -> None:
+    """A consumer read of everything below the HW, from the leader or (KIP-392) a follower."""
+    candidates = [b for b in cluster.brokers.values() if b.alive]
+    if not candidates:
+        return
+    b = rng.choice(candidates)
+    err, end = core.check_consumer_fetch(b.states[p], None, 0, allow_follower=follower)
+    if err is ErrorCode.NONE:
+        cluster.checker.on_consume(b, p, 0, end)
+
+
+@contextmanager
+def mutation(name: str | None):
+    """Plant a known bug in the core (test-only switches), restored afterwards."""
+    saved = (hw.MUTATION, core.TRUNCATION_MUTATION, election.MUTATION)
+    hw.MUTATION = "max" if name == "hw_max" else None
+    core.TRUNCATION_MUTATION = "hw" if name == "truncate_to_hw" else None
+    election.MUTATION = "any_replica" if name == "elect_any_replica" else None
+    try:
+        yield
+    finally:
+        hw.MUTATION, core.TRUNCATION_MUTATION, election.MUTATION = saved
+
+
+def random_config(rng: random.Random) -> SimConfig:
+    brokers = rng.choice((3, 3, 4, 5))
+    rf = 3
+    return SimConfig(brokers=brokers, partitions=rng.choice((1, 1, 2)), replication_factor=rf,
+                     min_insync_replicas=rng.choice((1, 2, 2, 2)), unclean=False,
+                     drop_prob=rng.choice((0.0, 0.02, 0.05)))
+
+
+FAULTS = ("crash", "crash", "restart", "isolate_brokers", "isolate_zk", "cut_one_way", "heal", "clients")
+
+
+def inject_fault(cluster: Cluster, rng: random.Random) -> str:
+    ids = sorted(cluster.brokers)
+    kind = rng.choice(FAULTS)
+    b = rng.choice(ids)
+    if kind == "crash":
+        cluster.crash(b)
+    elif kind == "restart":
+        for x in ids:
+            cluster.restart(x)
+    elif kind == "isolate_brokers":
+        cluster.isolate_from_brokers(b)
+    elif kind == "isolate_zk":
+        cluster.isolate_from_zk(b)
+    elif kind == "cut_one_way":
+        cluster.cut_one_way(b, rng.choice([x for x in ids if x != b]))
+    elif kind == "clients":
+        cluster.isolate_from_clients(b)
+    else:
+        cluster.heal()
+    return f"{kind} {b}"
+
+
+def run_schedule(seed: int, steps: int = 220, mutation_name: str | None = None,
+                 fault_prob: float = 0.05) -> tuple[Checker, list[str]]:
+    """One random schedule; returns the checker (violations, stats) and the fault log."""
+    rng = random.Random(seed)
+    cfg = random_config(rng)
+    checker = Checker()
+    faults: list[str] = []
+    with mutation(mutation_name):
+        cluster = Cluster(cfg, rng, checker)
+        producer = SimProducer(cluster)
+        cluster.producer = producer
+        for _ in range(steps):
+            cluster.step(rng.randint(1, 6))
+            if rng.random() < fault_prob and cluster.now > 30:
+                faults.append(f"t={cluster.now} " + inject_fault(cluster, rng))
+            if rng.random() < 0.03:  # heal and restart eventually, so schedules keep making progress
+                cluster.heal()
+                for b in cluster.brokers:
+                    cluster.restart(b)
+            p = rng.randrange(cfg.partitions)
+            if rng.random() < 0.6:
+                producer.send(p, rng.randint(1, 3), acks=-1 if rng.random() < 0.85 else 1)
+            if rng.random() < 0.2:
+                consume(cluster, rng, p, follower=rng.random() < 0.3)
+            producer.tick()
+            if checker.violations:
+                break
+    return checker, faults
