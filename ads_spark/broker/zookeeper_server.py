@@ -177,8 +177,12 @@ def prepare(data_dir: Path, port: int, force_sync: bool = True) -> tuple[list[st
 class EmbeddedZooKeeper:
     """One ZooKeeper server process; ``port=0`` picks a free port at start."""
 
-    def __init__(self, data_dir: Path | str, port: int = 0, force_sync: bool = True):
+    def __init__(self, data_dir: Path | str, port: int = 0, force_sync: bool = True,
+                 die_with_parent: bool = False):
         self.data_dir = Path(data_dir)
+        # Linux: the kernel kills the server if the thread that called start() dies without stop()
+        # (e.g. a test run killed outright); so call start() from a long-lived thread.
+        self.die_with_parent = die_with_parent
         self.requested_port = port
         self.port: int | None = None
         self.force_sync = force_sync
@@ -208,7 +212,8 @@ class EmbeddedZooKeeper:
             argv, self.port = prepare(self.data_dir, self.requested_port, self.force_sync)
             with open(self.data_dir / STDOUT_FILE_NAME, "ab") as out:
                 self._process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, start_new_session=True)
+                                                 stdin=subprocess.DEVNULL, start_new_session=True,
+                                                 preexec_fn=_parent_death_signal() if self.die_with_parent else None)
             if self._wait_serving(deadline):
                 return self
             exited = self._process.poll() is not None
@@ -248,6 +253,21 @@ class EmbeddedZooKeeper:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+def _parent_death_signal():
+    """A pre-exec hook asking Linux to SIGKILL the child when its parent dies (None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the hook itself only calls it
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return hook
 
 
 def _signal_group(pgid: int, signum: int) -> None:

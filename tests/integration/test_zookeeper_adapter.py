@@ -302,3 +302,27 @@ def test_watches_fire_and_topic_deletion(make_client):
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.mark_topic_for_deletion("orders")
     _topic(admin)  # the name is free again, as a new incarnation
+
+
+def test_unreachable_zookeeper_is_a_bounded_typed_failure(zookeeper_server, zk_chroot):
+    from ads_spark.broker.zk import ZooKeeperUnavailable
+    from ads_spark.broker.zookeeper_server import free_port
+
+    started = time.monotonic()
+    with pytest.raises(ZooKeeperUnavailable):
+        ZkClient(f"127.0.0.1:{free_port()}", chroot=zk_chroot, connect_timeout_s=1.0).connect()
+    assert time.monotonic() - started < 5.0
+    port = int(zookeeper_server.connect_string.rsplit(":", 1)[1])
+    proxy = _CuttableProxy(port)
+    client = ZkClient(f"127.0.0.1:{proxy.port}", chroot=zk_chroot, session_timeout_ms=2000,
+                      connect_timeout_s=5.0, request_timeout_s=1.0).connect()
+    try:
+        client.register_broker(3, "127.0.0.1", 9003)
+        proxy.sever()
+        started = time.monotonic()
+        with pytest.raises(ZooKeeperUnavailable):
+            client.live_brokers()
+        assert time.monotonic() - started < 5.0
+    finally:
+        client.close()
+        proxy.close()

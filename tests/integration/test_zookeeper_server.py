@@ -97,3 +97,17 @@ def test_zoo_cfg_template_matches_what_is_rendered():
     keys = {line.split("=")[0] for line in template.read_text().splitlines() if "=" in line and line[0] != "#"}
     rendered = zks.render_zoo_cfg(Path("/tmp/x"), 2181)
     assert keys == {line.split("=")[0] for line in rendered.splitlines() if "=" in line and line[0] != "#"}
+
+
+def test_server_dies_with_a_killed_parent(tmp_path):
+    script = (
+        "import os, sys\n"
+        "from ads_spark.broker.zookeeper_server import EmbeddedZooKeeper\n"
+        f"zk = EmbeddedZooKeeper({str(tmp_path / 'zk')!r}, die_with_parent=True).start(30)\n"
+        "print(zk.pid, zk.port, flush=True)\n"
+        "os._exit(0)\n"  # no stop(): as if the test run were killed
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=45)
+    pid, port = (int(v) for v in out.stdout.split())
+    assert _wait_for(lambda: _gone(pid), 10)
+    assert not zks.is_serving(port)
