@@ -1,0 +1,249 @@
+"""The dispatcher: leader/follower events, HW, ISR, acks x min.insync.replicas (reference 001's matrix)."""
+
+import pytest
+
+from ads_spark.errors import ErrorCode
+from ads_spark.replication import hw, isr
+from ads_spark.replication import partition as P
+from ads_spark.replication.state import LeaderAndIsr, PartitionConfig, Role
+
+REPLICAS = (1, 2, 3)
+
+
+def leader(min_isr=2, isr_=(1, 2, 3), leo=0, now=0, lag_ms=100, replicas=REPLICAS, observers=()):
+    s = P.initial_state("t", 0, 1, PartitionConfig(min_insync_replicas=min_isr, replica_lag_time_max_ms=lag_ms),
+                        log_end_offset=leo, epoch_pairs=((0, 0),) if leo else ())
+    s, _ = P.step(s, P.BecomeLeader(LeaderAndIsr(1, 1, isr_, (), 5), replicas, observers, now))
+    return s
+
+
+def fetch(s, replica, offset, now=0, epoch=1, broker_epoch=10, last_epoch=1):
+    return P.step(s, P.FollowerFetch(replica, broker_epoch, epoch, offset, last_epoch, now))
+
+
+def produce(s, acks, n=1, now=0, rid=1, **kw):
+    return P.step(s, P.Produce(rid, acks, n, 1000, now, **kw))
+
+
+def of(effects, kind):
+    return [e for e in effects if isinstance(e, kind)]
+
+
+# ---- reference 001's acks x min.insync.replicas matrix, one test per row
+
+def test_matrix_acks0_any_min_isr_appends_and_never_answers():
+    s = leader(min_isr=3, isr_=(1,))
+    s, eff = produce(s, 0)
+    assert of(eff, P.AppendAsLeader) and not of(eff, P.ProduceCompleted)
+
+
+def test_matrix_acks1_answers_after_leader_append_only():
+    s = leader(min_isr=3, isr_=(1, 2))
+    s, eff = produce(s, 1)
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NONE
+    assert s.high_watermark == 0  # not committed: the ISR is below min ISR (KIP-966)
+
+
+def test_matrix_acks_all_min_isr1_isr_shrunk_to_leader_is_acks1():
+    s = leader(min_isr=1, isr_=(1,))
+    s, eff = produce(s, -1, n=3)
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NONE and s.high_watermark == 3
+
+
+def test_matrix_acks_all_min_isr2_rf3_rejects_below_two_and_waits_for_isr():
+    s = leader(min_isr=2, isr_=(1,))
+    _, eff = produce(s, -1)
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NOT_ENOUGH_REPLICAS and not of(eff, P.AppendAsLeader)
+    s = leader(min_isr=2, isr_=(1, 2))
+    s, eff = produce(s, -1, n=2)
+    assert not of(eff, P.ProduceCompleted)
+    s, eff = fetch(s, 2, 2)
+    assert of(eff, P.ProduceCompleted)[0] == P.ProduceCompleted(1, ErrorCode.NONE, 0)
+
+
+def test_matrix_acks_all_min_isr3_rf3_needs_all_three():
+    s = leader(min_isr=3, isr_=(1, 2))
+    _, eff = produce(s, -1)
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NOT_ENOUGH_REPLICAS
+    s = leader(min_isr=3)
+    s, _ = produce(s, -1)
+    s, eff = fetch(s, 2, 1)
+    assert not of(eff, P.ProduceCompleted)
+    s, eff = fetch(s, 3, 1)
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NONE
+
+
+# ---- after append
+
+def test_not_enough_replicas_after_append_when_isr_shrinks():
+    s = leader(min_isr=2, isr_=(1, 2))
+    s, _ = produce(s, -1)
+    s, eff = P.step(s, P.Tick(500))  # follower 2 lagged: shrink proposed
+    prop = of(eff, P.ProposeIsr)[0]
+    assert prop.proposed.isr == (1,) and prop.proposed.elr == (2,) and prop.expected_partition_epoch == 5
+    s, eff = P.step(s, P.IsrUpdateAccepted(LeaderAndIsr(1, 1, (1,), (2,), 6), 501))
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def test_request_timed_out_at_deadline():
+    s = leader(min_isr=2)
+    s, _ = P.step(s, P.Produce(1, -1, 1, 50, 0))
+    s, eff = fetch(s, 2, 0, now=40)
+    s, eff = fetch(s, 3, 0, now=40)
+    s, eff = P.step(s, P.Tick(60))
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_losing_leadership_fails_pending():
+    s = leader()
+    s, _ = produce(s, -1)
+    s, eff = P.step(s, P.BecomeFollower(LeaderAndIsr(2, 2, (2, 3), (), 6), REPLICAS, (), 1))
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert s.role is Role.FOLLOWER and not s.pending_produces
+
+
+def test_idempotent_retry_answers_original_offset():
+    s = leader(min_isr=1, isr_=(1,))
+    s, eff = produce(s, 1, n=2, producer_id=9, producer_epoch=0, base_sequence=0)
+    s, eff = produce(s, 1, n=2, rid=2, producer_id=9, producer_epoch=0, base_sequence=0)
+    assert not of(eff, P.AppendAsLeader) and of(eff, P.ProduceCompleted)[0].base_offset == 0
+    s, eff = produce(s, 1, rid=3, producer_id=9, producer_epoch=0, base_sequence=5)
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+# ---- HW
+
+def test_hw_is_min_over_isr_and_never_goes_back():
+    s = leader(min_isr=1)
+    s, _ = produce(s, 1, n=5)
+    s, _ = fetch(s, 2, 5)
+    assert s.high_watermark == 0  # 3 has not fetched in this epoch: its LEO is unknown
+    s, _ = fetch(s, 3, 3)
+    assert s.high_watermark == 3
+    assert hw.candidate_high_watermark(1, 5, frozenset({1, 2, 3}), s.progress) == 3
+    s, eff = fetch(s, 3, 1, broker_epoch=11)  # 3 restarted and lost its tail
+    assert s.high_watermark == 3
+    assert of(eff, P.ProposeIsr)[0].proposed.isr == (1, 2)
+
+
+def test_hw_frozen_below_min_isr():
+    s = leader(min_isr=2, isr_=(1,))
+    s, _ = produce(s, 1, n=4)
+    assert s.high_watermark == 0
+
+
+def test_hw_uses_maximal_isr_while_expand_in_flight():
+    s = leader(min_isr=1, isr_=(1, 2))
+    s, _ = produce(s, 1, n=4)
+    s, _ = fetch(s, 2, 4)
+    assert s.high_watermark == 4
+    s, _ = produce(s, 1, n=2)
+    s, eff = fetch(s, 3, 4, last_epoch=1)
+    assert of(eff, P.ProposeIsr)[0].proposed.isr == (1, 2, 3)
+    s, _ = fetch(s, 2, 6)
+    assert s.high_watermark == 4  # 3 (proposed) is at 4
+
+
+# ---- ISR
+
+def test_expand_requires_current_epoch_and_hw():
+    s = leader(min_isr=1, isr_=(1,), leo=3)
+    assert s.leader_epoch_start_offset == 3
+    s, eff = fetch(s, 2, 2, last_epoch=0)
+    assert not of(eff, P.ProposeIsr)
+    s, eff = fetch(s, 2, 3, last_epoch=0)
+    assert of(eff, P.ProposeIsr)
+
+
+def test_observers_never_join():
+    s = leader(min_isr=1, isr_=(1,), replicas=(1, 2), observers=(4,))
+    s, eff = fetch(s, 4, 0, last_epoch=-1)
+    assert not of(eff, P.ProposeIsr) and not isr.may_join(s, 4)
+
+
+def test_stale_broker_epoch_never_readmitted():
+    s = leader(min_isr=1, isr_=(1,))
+    s, _ = fetch(s, 2, 0, broker_epoch=10, last_epoch=-1)
+    s, eff = fetch(s, 2, 0, broker_epoch=9, last_epoch=-1)
+    assert of(eff, P.ReplyFetch)[0].error is ErrorCode.STALE_BROKER_EPOCH
+
+
+def test_leader_epoch_fencing_of_fetches():
+    s = leader()
+    assert of(fetch(s, 2, 0, epoch=0)[1], P.ReplyFetch)[0].error is ErrorCode.FENCED_LEADER_EPOCH
+    assert of(fetch(s, 2, 0, epoch=2)[1], P.ReplyFetch)[0].error is ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def test_isr_rejection_by_newer_leader_fences():
+    s = leader(min_isr=1)
+    s, _ = produce(s, -1)
+    s, eff = P.step(s, P.Tick(500))
+    assert of(eff, P.ProposeIsr)
+    s, eff = P.step(s, P.IsrUpdateRejected(LeaderAndIsr(2, 2, (2, 3), (), 7), 501))
+    assert s.fenced and of(eff, P.ProduceCompleted)[0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    _, eff = produce(s, 1, rid=2)
+    assert of(eff, P.ProduceCompleted)[0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_isr_rejection_by_controller_in_same_term_refreshes():
+    s = leader(min_isr=1)
+    s, _ = P.step(s, P.Tick(500))
+    s, eff = P.step(s, P.IsrUpdateRejected(LeaderAndIsr(1, 1, (1, 2), (), 6), 501))
+    assert not s.fenced and s.isr == {1, 2} and s.partition_epoch == 6 and s.pending_isr is None
+
+
+def test_unanswered_isr_write_is_resent():
+    s = leader(min_isr=1)
+    s, _ = P.step(s, P.Tick(500))
+    s, eff = P.step(s, P.IsrUpdateRejected(None, 501))
+    s, eff = P.step(s, P.Tick(1000))
+    assert of(eff, P.ProposeIsr)
+
+
+# ---- follower
+
+def follower(leo=0, pairs=((0, 0),), hw_=0):
+    s = P.initial_state("t", 0, 2, PartitionConfig(), log_end_offset=leo, epoch_pairs=pairs if leo else (),
+                        high_watermark_checkpoint=hw_)
+    s, _ = P.step(s, P.BecomeFollower(LeaderAndIsr(1, 1, (1, 2, 3), (), 5), REPLICAS, (), 0))
+    return s
+
+
+def test_follower_appends_and_takes_capped_hw():
+    from ads_spark.replication.state import BatchInfo
+    s = follower()
+    req = P.fetch_request(s)
+    assert (req.leader, req.fetch_offset, req.current_leader_epoch) == (1, 0, 1)
+    s, eff = P.step(s, P.FetchResponse(1, 0, ErrorCode.NONE, 7, 0, (BatchInfo(0, 2, 0), BatchInfo(2, 3, 1))))
+    assert s.log_end_offset == 5 and s.high_watermark == 5 and s.epochs.as_pairs() == [(0, 0), (1, 2)]
+    s2, eff = P.step(s, P.FetchResponse(1, 3, ErrorCode.NONE, 9, 0, ()))
+    assert s2 == s and eff == []  # stale answer
+
+
+def test_follower_truncates_to_divergence_not_hw():
+    s = follower(leo=10, hw_=4)
+    s, eff = P.step(s, P.FetchResponse(1, 10, ErrorCode.NONE, 6, 0, (), diverging_epoch=(0, 8)))
+    assert of(eff, P.Truncate) == [P.Truncate(8, False)] and s.log_end_offset == 8 and s.high_watermark == 4
+
+
+def test_consumer_reads_stop_at_hw():
+    s = leader(min_isr=1, isr_=(1,))
+    s, _ = produce(s, 1, n=3)
+    assert P.check_consumer_fetch(s, 1, 0) == (ErrorCode.NONE, 3)
+    assert P.check_consumer_fetch(s, 0, 0)[0] is ErrorCode.FENCED_LEADER_EPOCH
+    assert P.check_consumer_fetch(follower(), None, 0)[0] is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_stale_leader_and_isr_refused():
+    s = leader()
+    s2, eff = P.step(s, P.BecomeFollower(LeaderAndIsr(2, 0, (2,), (), 9), REPLICAS, (), 0))
+    assert s2 == s and of(eff, P.LeaderAndIsrRefused)[0].error is ErrorCode.FENCED_LEADER_EPOCH
+
+
+@pytest.mark.parametrize("min_isr,isr_,expected", [(1, (1,), 2), (2, (1,), 0), (2, (1, 2), 2)])
+def test_single_step_hw_rule(min_isr, isr_, expected):
+    s = leader(min_isr=min_isr, isr_=isr_)
+    s, _ = produce(s, 1, n=2)
+    if 2 in isr_:
+        s, _ = fetch(s, 2, 2)
+    assert s.high_watermark == expected
