@@ -20,7 +20,6 @@ import logging
 import random
 import threading
 import time
-import uuid
 from typing import Any, Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -67,8 +66,7 @@ class ZkClient(ZkTopics, ZkSession):
     # ---- cluster id -------------------------------------------------------------------
 
     def cluster_id(self) -> str:
-        """The cluster's id, created (a fresh uuid) by the first client that asks."""
-        self._create_if_absent(CLUSTER_ID_PATH, encode_json({"version": "1", "id": str(uuid.uuid4())}))
+        """The cluster's id (a uuid, created by the first client that connected)."""
         found = self._read(CLUSTER_ID_PATH)
         return str(decode_json(found[0])["id"])
 

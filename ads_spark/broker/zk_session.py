@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -25,7 +26,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from ads_spark.broker.zk_model import BASE_PATHS, CONTROLLER_EPOCH_PATH, ZooKeeperUnavailable
+from ads_spark.broker.zk_model import (
+    BASE_PATHS, CLUSTER_ID_PATH, CONTROLLER_EPOCH_PATH, ZooKeeperUnavailable, encode_json,
+)
 
 log = logging.getLogger("ads.broker.zk")
 
@@ -80,7 +83,7 @@ class ZkSession:
     # ---- connection -------------------------------------------------------------------
 
     def connect(self) -> "ZkSession":
-        """Open the session (bounded by ``connect_timeout_s``) and create the base znodes."""
+        """Open the session (bounded by ``connect_timeout_s``); create the base znodes and cluster id."""
         if self._client is not None:
             return self
         self._ensure_chroot()
@@ -116,6 +119,8 @@ class ZkSession:
             for path in BASE_PATHS:
                 self.client.ensure_path_async(path).get(timeout=self.request_timeout_s)
         self._create_if_absent(CONTROLLER_EPOCH_PATH, b"0")
+        # The first client to connect names the cluster; everyone after reads the same id.
+        self._create_if_absent(CLUSTER_ID_PATH, encode_json({"version": "1", "id": str(uuid.uuid4())}))
 
     def _create_if_absent(self, path: str, value: bytes) -> bool:
         """Create ``path`` with ``value``; False if it already existed."""
