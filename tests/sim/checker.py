@@ -48,6 +48,7 @@ class Checker:
         self.checked_upto: dict[tuple[int, int], int] = {}
         self.unclean: set[int] = set()
         self.unclean_reasons: list[str] = []
+        self.elections: list[str] = []
         self.voided: set[int] = set()
         self.acked_all = 0
         self.acked_one = 0
@@ -60,6 +61,7 @@ class Checker:
 
     # ---- hooks called by the model
     def on_election(self, decision) -> None:
+        self.elections.append(decision.reason)
         if decision.unclean:
             self.unclean.add(decision.partition)
             self.unclean_reasons.append(decision.reason)

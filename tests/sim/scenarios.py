@@ -1,0 +1,129 @@
+"""Named failure scenarios of references 001 and 002 and KIP-966, scripted on the simulated cluster.
+
+Each scenario drives the same Cluster as the random runs (no drops, short
+fixed delays) and returns the checker, whose violations the tests inspect.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ads_spark.replication.state import Role
+
+from tests.sim.checker import Checker
+from tests.sim.cluster import Cluster, SimConfig
+from tests.sim.runner import SimProducer
+
+STEP_MS = 2
+
+
+def make(min_isr: int = 2, unclean: bool = False, brokers: int = 3, seed: int = 1) -> tuple[Cluster, SimProducer]:
+    cfg = SimConfig(brokers=brokers, partitions=1, replication_factor=3, min_insync_replicas=min_isr,
+                    unclean=unclean, drop_prob=0.0, delay_ms=(1, 2))
+    cluster = Cluster(cfg, random.Random(seed), Checker())
+    cluster.producer = SimProducer(cluster)
+    run(cluster, 60)
+    return cluster, cluster.producer
+
+
+def run(cluster: Cluster, ms: int, produce: int = 0, acks: int = -1) -> None:
+    """Advance ``ms``; meanwhile keep ``produce``-sized batches flowing (0: none)."""
+    for _ in range(ms // STEP_MS):
+        cluster.step(STEP_MS)
+        if produce:
+            cluster.producer.send(0, produce, acks)
+        cluster.producer.tick()
+
+
+def leader_id(cluster: Cluster) -> int:
+    return cluster.zk.partitions[0].leader
+
+
+def single_broker_failure() -> Cluster:
+    """001 scenario 1: RF 3, min ISR 2, the leader crashes; another ISR member leads, writes continue."""
+    c, _ = make()
+    run(c, 200, produce=2)
+    old = leader_id(c)
+    c.crash(old)
+    run(c, 400, produce=2)
+    c.restart(old)
+    run(c, 400, produce=2)
+    return c
+
+
+def two_broker_failures() -> Cluster:
+    """001 scenario 2: two of three crash; the survivor leads but acks=all is refused until one returns."""
+    c, _ = make()
+    run(c, 200, produce=2)
+    first = leader_id(c)
+    others = [b for b in c.brokers if b != first]
+    c.crash(first)
+    c.crash(others[0])
+    run(c, 400, produce=2)
+    c.checker.acked_while_two_down = c.checker.acked_all
+    run(c, 200, produce=2)
+    c.checker.acked_while_two_down = c.checker.acked_all - c.checker.acked_while_two_down
+    c.restart(others[0])
+    run(c, 500, produce=2)
+    return c
+
+
+def leader_crash_with_unreplicated_data() -> Cluster:
+    """001 scenario 3: the leader has a tail its followers lack (acks=1); it crashes; it is truncated on return."""
+    c, _ = make(min_isr=1)
+    run(c, 200, produce=2)
+    old = leader_id(c)
+    for o in c.brokers:
+        if o != old:
+            c.cut_one_way(old, o)  # followers' fetches get no answers: the tail stays on the leader
+    run(c, 60, produce=3, acks=1)
+    c.brokers[old].disks[0].flush(0)  # the unreplicated tail survives the crash on disk
+    c.crash(old)
+    c.heal()
+    run(c, 400, produce=2)
+    c.restart(old)
+    run(c, 500, produce=2)
+    return c
+
+
+def jepsen_isolated_leader(min_isr: int, unclean: bool) -> Cluster:
+    """002: the ISR shrinks to the leader, then the leader is cut off from ZooKeeper too and a new leader is elected."""
+    c, _ = make(min_isr=min_isr, unclean=unclean)
+    run(c, 200, produce=2)
+    old = leader_id(c)
+    c.isolate_from_brokers(old)  # followers cannot fetch; ZooKeeper still sees the leader
+    run(c, 300, produce=2)  # the leader shrinks the ISR to itself and keeps acknowledging (min ISR 1)
+    c.isolate_from_zk(old)
+    c.isolate_from_clients(old)
+    run(c, 400, produce=2)  # session expires; the controller elects (uncleanly, if allowed)
+    c.heal()
+    run(c, 600, produce=2)
+    return c
+
+
+def last_replica_standing() -> Cluster:
+    """KIP-966: ISR {1,2,3}, min ISR 2. One follower crashes, the other is cut off from brokers and
+    leaves the ISR (-> ELR, HW frozen); then the last ISR member crashes losing its unflushed tail.
+    The ELR member is elected; Kafka before KIP-966 would wait for the last ISR member and lose data."""
+    c, _ = make(min_isr=2)
+    c.cfg.flush_every_ms = 10**9  # nothing is flushed: a crash loses the whole unflushed log
+    run(c, 200, produce=2)
+    lead = leader_id(c)
+    a, b = [x for x in c.brokers if x != lead]
+    c.crash(a)
+    run(c, 300, produce=2)
+    c.isolate_from_brokers(b)  # b stays alive and registered, but lags: the leader shrinks the ISR to itself
+    run(c, 300, produce=2, acks=1)
+    c.checker.elr_before_crash = c.zk.partitions[0].elr
+    c.crash(lead)  # the last replica standing dies with its tail unflushed
+    c.heal()
+    run(c, 400)
+    c.checker.leader_after_crash = leader_id(c)
+    c.restart(lead)
+    c.restart(a)
+    run(c, 600, produce=2)
+    return c
+
+
+def leader_roles(c: Cluster) -> list[int]:
+    return [b.id for b in c.brokers.values() if b.alive and b.states[0].role is Role.LEADER and not b.states[0].fenced]
