@@ -1,0 +1,224 @@
+"""The writers of the "ads" sink: Arrow batches from Spark to ``Producer.produce_arrow``.
+
+Owns the task-side write loop and the driver-side commit/abort. Each Arrow batch
+Spark hands a task is converted once (``options.to_produce_rows``), grouped by
+topic and partition with numpy (``partitioning.py``) and sent as one produce
+batch per partition; no Python runs per row. A task succeeds only when every
+batch it sent is acknowledged (acks=all by default): any record that cannot be
+written fails the task with the producer's error, and Spark retries it.
+
+Delivery today is at-least-once: a retried task or re-run micro-batch sends its
+records again. Exactly-once replay needs producer ids and sequences from the
+replication issue; ``WriteTaskIdentity`` (query id, batch id, task partition)
+is computed for every task and handed to ``producer_config_for`` -- the one
+place to turn it into the client's idempotent-producer settings once the client
+accepts them.
+
+Batch writes: Spark only lets Python data sources write in mode("append") or
+mode("overwrite"); the default (errorifexists) fails in Spark before this code
+runs. ``overwrite`` is refused here with a message pointing to append.
+
+Writers are pickled to executors; they hold options and the schema only.
+The producer comes from the per-process cache in ``ads_spark.source.clients``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from ads_spark.errors import InvalidConfigError, RequestTimedOutError, UnknownTopicOrPartitionError
+from ads_spark.sink.options import (
+    BATCH_MODE_HINT,
+    SinkOptions,
+    check_input_schema,
+    parse_sink_options,
+    to_produce_rows,
+)
+from ads_spark.sink.partitioning import assign_partitions, group_by_topic, group_rows
+from ads_spark.source import clients
+
+log = logging.getLogger("ads.spark.sink")
+
+IN_FLIGHT_BATCHES_MAX = 64  # produce batches a task may have unacknowledged before it waits
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # local properties Spark sets on streaming tasks
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@dataclass(frozen=True)
+class WriteTaskIdentity:
+    """What identifies one task's write, stable across re-executions of the same micro-batch."""
+
+    query_id: str | None  # streaming query id; None for batch writes
+    batch_id: int | None  # micro-batch id; None for batch writes
+    task_partition_id: int
+    attempt_number: int
+
+    @classmethod
+    def current(cls) -> "WriteTaskIdentity":
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            return cls(None, None, 0, 0)
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+        return cls(context.getLocalProperty(QUERY_ID_PROPERTY), int(batch_id) if batch_id else None,
+                   context.partitionId(), context.attemptNumber())
+
+
+def producer_config_for(options: SinkOptions, identity: WriteTaskIdentity) -> dict[str, str]:
+    """The producer config of one task. Hook for exactly-once replay: when the client takes a
+    producer id/epoch and base sequence, derive them here from ``identity`` (query id and task
+    partition id -> producer id; batch id -> epoch/sequence), so a re-executed micro-batch is
+    deduplicated by the brokers. Until then the config does not depend on the identity."""
+    return dict(options.client_config)
+
+
+@dataclass
+class AdsCommitMessage(WriterCommitMessage):
+    identity: WriteTaskIdentity
+    records_written: int = 0
+    records_by_partition: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+@dataclass
+class _Sent:
+    topic: str
+    partition: int
+    rows: int
+    future: Future
+
+
+def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> AdsCommitMessage:
+    identity = WriteTaskIdentity.current()
+    config = producer_config_for(options, identity)
+    try:
+        return _write(options, config, identity, batches)
+    except Exception as exc:
+        if not _is_ads_error(exc):
+            clients.evict("producer", config)
+        raise
+
+
+def _write(options: SinkOptions, config: dict[str, str], identity: WriteTaskIdentity,
+           batches: Iterator[pa.RecordBatch]) -> AdsCommitMessage:
+    producer = clients.producer_for(config)
+    admin = clients.admin_for(options.client_config)
+    partition_counts: dict[str, int] = {}
+    sent: deque[_Sent] = deque()
+    message = AdsCommitMessage(identity)
+    for batch_index, batch in enumerate(batches):
+        if batch.num_rows == 0:
+            continue
+        rows = to_produce_rows(batch, options)
+        round_robin = identity.task_partition_id + batch_index
+        for topic, indices in _rows_by_topic(rows, options):
+            count = partition_counts.get(topic) or partition_counts.setdefault(topic, _partition_count(admin, topic))
+            keys = rows.records.column("key").take(indices)
+            explicit = rows.partitions.take(indices) if rows.partitions is not None else None
+            chosen = assign_partitions(keys, explicit, count, round_robin, topic)
+            for partition, subset in group_rows(chosen):
+                records = rows.records.take(indices[subset])
+                sent.append(_Sent(topic, partition, records.num_rows,
+                                  producer.produce_arrow(topic, records, partition=partition)))
+        while len(sent) > IN_FLIGHT_BATCHES_MAX:
+            _collect(sent.popleft(), message, options.delivery_wait_s)
+    undelivered = producer.flush(timeout=options.delivery_wait_s)
+    while sent:
+        _collect(sent.popleft(), message, options.delivery_wait_s)
+    if undelivered:
+        raise RequestTimedOutError(f"{undelivered} records were not acknowledged within {options.delivery_wait_s}s")
+    return message
+
+
+def _rows_by_topic(rows, options: SinkOptions):
+    import numpy as np
+
+    if rows.topics is None:
+        return [(options.topic, np.arange(rows.records.num_rows))]
+    return group_by_topic(rows.topics)
+
+
+def _partition_count(admin, topic: str) -> int:
+    try:
+        descriptions = admin.describe_topics([topic])
+    except UnknownTopicOrPartitionError:
+        descriptions = []
+    if not descriptions or not descriptions[0].partitions:
+        raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist; create it first "
+                                           f"(ads topics create --topic {topic} ...)")
+    return len(descriptions[0].partitions)
+
+
+def _collect(item: _Sent, message: AdsCommitMessage, wait_s: float) -> None:
+    """Wait for one produce batch; its error (if any) fails the task."""
+    item.future.result(timeout=wait_s)
+    message.records_written += item.rows
+    key = (item.topic, item.partition)
+    message.records_by_partition[key] = message.records_by_partition.get(key, 0) + item.rows
+
+
+def _is_ads_error(exc: BaseException) -> bool:
+    from ads_spark.errors import AdsError
+
+    return isinstance(exc, AdsError)
+
+
+def _validated(options: Mapping[str, Any], schema, overwrite: bool) -> SinkOptions:
+    if overwrite:
+        raise InvalidConfigError(f"mode('overwrite') is not supported: {BATCH_MODE_HINT}")
+    parsed = parse_sink_options(options)
+    check_input_schema(schema, parsed)
+    return parsed
+
+
+def _summarise(messages, what: str) -> int:
+    written = sum(m.records_written for m in messages if isinstance(m, AdsCommitMessage))
+    log.info("ads sink: %s wrote %d records", what, written)
+    return written
+
+
+class AdsBatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: SinkOptions):
+        self.options = options
+
+    @classmethod
+    def create(cls, options: Mapping[str, Any], schema, overwrite: bool) -> "AdsBatchWriter":
+        return cls(_validated(options, schema, overwrite))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> AdsCommitMessage:
+        return write_batches(self.options, iterator)
+
+    def commit(self, messages) -> None:
+        _summarise(messages, "batch write")
+
+    def abort(self, messages) -> None:
+        log.warning("ads sink: batch write aborted; %d records already acknowledged stay in the log "
+                    "(a log cannot withdraw records)", _summarise(messages, "aborted batch write"))
+
+
+class AdsStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: SinkOptions):
+        self.options = options
+
+    @classmethod
+    def create(cls, options: Mapping[str, Any], schema, overwrite: bool) -> "AdsStreamWriter":
+        return cls(_validated(options, schema, False))  # complete/update output modes are appends to a log
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> AdsCommitMessage:
+        return write_batches(self.options, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        _summarise(messages, f"micro-batch {batchId}")
+
+    def abort(self, messages, batchId: int) -> None:
+        log.warning("ads sink: micro-batch %d aborted; %d records already acknowledged stay in the log and "
+                    "will be written again when the batch is re-run", batchId,
+                    _summarise(messages, f"aborted micro-batch {batchId}"))
