@@ -1,0 +1,77 @@
+"""The controller's pure decisions: election order, batched failure handling, preferred, controlled shutdown, ELR."""
+
+from ads_spark.errors import ErrorCode
+from ads_spark.replication import election as E
+from ads_spark.replication.isr import next_elr
+from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
+
+
+def view(leader=1, isr=(1, 2, 3), elr=(), min_isr=2, unclean=False, p=0, replicas=(1, 2, 3), epoch=4, version=9):
+    return E.PartitionView("t", p, replicas, (), LeaderAndIsr(leader, epoch, isr, elr, version), min_isr, unclean)
+
+
+def test_preferred_first_among_live_isr():
+    assert E.choose_leader(view(isr=(2, 3)), frozenset({2, 3})).leader == 2
+    assert E.choose_leader(view(replicas=(3, 2, 1)), frozenset({1, 2, 3})).leader == 3
+
+
+def test_isr_then_elr_then_unclean_then_offline():
+    v = view(isr=(1,), elr=(2,))
+    assert E.choose_leader(v, frozenset({2, 3})) == E.Choice(2, False)
+    assert E.choose_leader(view(isr=(1,), unclean=True), frozenset({3})) == E.Choice(3, True)
+    assert E.choose_leader(view(isr=(1,)), frozenset({3})) == E.Choice(NO_LEADER, False)
+
+
+def test_unclean_election_is_reported_and_resets_isr():
+    d = E.elect(view(isr=(1,), unclean=True), frozenset({3}), controller_epoch=7)
+    assert d.unclean and "UNCLEAN" in d.reason
+    assert d.new_state == LeaderAndIsr(3, 5, (3,), (), 10, 7) and d.expected_partition_epoch == 9
+
+
+def test_ineligible_unclean_restart_is_not_elected_from_elr():
+    d = E.elect(view(isr=(), elr=(1, 2)), frozenset({1}), 7, ineligible=frozenset({1}))
+    assert d.new_state.leader == NO_LEADER and d.new_state.elr == (2,)
+
+
+def test_broker_failure_batched_over_many_partitions():
+    views = [view(p=i, leader=1 + i % 3) for i in range(300)]
+    decisions = E.on_brokers_changed(views, frozenset({2, 3}), frozenset({1}), frozenset(), 3)
+    assert len(decisions) == 300
+    led_by_1 = [d for d in decisions if d.new_state.leader_epoch == 5]
+    assert len(led_by_1) == 100 and all(d.new_state.leader == 2 for d in led_by_1)
+    assert all(1 not in d.new_state.isr for d in decisions)
+    assert E.on_brokers_changed(views, frozenset({1, 2, 3}), frozenset(), frozenset(), 3) == []
+
+
+def test_isr_below_min_puts_removed_members_in_elr():
+    views = [view(isr=(1, 2))]
+    (d,) = E.on_brokers_changed(views, frozenset({1, 3}), frozenset({2}), frozenset(), 3)
+    assert d.new_state.isr == (1,) and d.new_state.elr == (2,) and d.new_state.leader_epoch == 4
+    (d,) = E.on_brokers_changed([view(isr=(1, 2, 3))], frozenset({1, 2}), frozenset({3}), frozenset(), 3)
+    assert d.new_state.elr == ()  # ISR still >= min: the removed replica may miss later commits
+
+
+def test_last_replica_standing_moves_to_elr_and_elr_member_leads():
+    (d,) = E.on_brokers_changed([view(isr=(1,), elr=(2,))], frozenset({2}), frozenset({1}), frozenset(), 3)
+    assert d.new_state.leader == 2 and d.new_state.isr == (2,) and d.new_state.elr == (1,)
+
+
+def test_next_elr_rules():
+    assert next_elr(frozenset({1, 2}), frozenset({1}), frozenset(), 2) == {2}
+    assert next_elr(frozenset({1}), frozenset({1, 2}), frozenset({2}), 2) == set()
+    assert next_elr(frozenset({1}), frozenset(), frozenset({2}), 2, frozenset({2})) == {1}
+
+
+def test_preferred_leader_election():
+    assert E.preferred_leader_election(view(leader=1), frozenset({1, 2, 3}), 3) is ErrorCode.ELECTION_NOT_NEEDED
+    assert E.preferred_leader_election(view(leader=2, isr=(2, 3)), frozenset({1, 2, 3}), 3) \
+        is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    d = E.preferred_leader_election(view(leader=2), frozenset({1, 2, 3}), 3)
+    assert d.new_state.leader == 1 and d.new_state.leader_epoch == 5
+
+
+def test_controlled_shutdown_moves_leadership_and_respects_min_isr():
+    plan = E.controlled_shutdown([view(leader=1), view(p=1, leader=1, isr=(1, 2))], 1, frozenset({1, 2, 3}), 3)
+    assert [d.new_state.leader for d in plan.decisions] == [2] and plan.refused == (("t", 1),)
+    forced = E.controlled_shutdown([view(p=1, leader=1, isr=(1, 2))], 1, frozenset({1, 2, 3}), 3, force=True)
+    assert forced.decisions[0].new_state.leader == 2 and forced.decisions[0].new_state.elr == (1,)
