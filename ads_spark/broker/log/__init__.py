@@ -1,0 +1,19 @@
+"""Storage engine: partition logs of Arrow IPC stream segments, their indexes and checkpoints.
+
+The on-disk contract is in docs/DESIGN.md (section Storage). Modules:
+
+* ``config``         LogConfig, the topic-level settings a log obeys
+* ``segment``        one segment file and its recovery scan
+* ``index``          the ``.index`` / ``.timeindex`` sidecars
+* ``partition_log``  PartitionLog: append, read, truncate, roll, retain, flush, recover
+* ``checkpoints``    LeaderEpochFile and OffsetCheckpointFile (Kafka's text formats)
+* ``manager``        LogManager: the ``log.dirs`` directory and its per-broker files
+"""
+
+from ads_spark.broker.log.checkpoints import LeaderEpochFile, OffsetCheckpointFile
+from ads_spark.broker.log.config import LogConfig
+from ads_spark.broker.log.manager import LogManager, ensure_meta_properties
+from ads_spark.broker.log.partition_log import PartitionLog
+
+__all__ = ["LeaderEpochFile", "LogConfig", "LogManager", "OffsetCheckpointFile", "PartitionLog",
+           "ensure_meta_properties"]
