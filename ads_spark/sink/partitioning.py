@@ -106,3 +106,18 @@ def group_by_topic(topics: pa.Array) -> list[tuple[str, np.ndarray]]:
     indices = np.asarray(encoded.indices.fill_null(-1))
     names = encoded.dictionary.to_pylist()
     return [(names[i], rows) for i, rows in group_rows(indices) if i >= 0]
+
+
+def chunk_bounds(row_bytes: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) row ranges of consecutive rows, each about ``max_bytes`` at most (a single
+    larger row gets a chunk of its own), so no produce request exceeds the broker's limit.
+    One numpy search per chunk, not per row."""
+    rows = len(row_bytes)
+    cumulative = np.cumsum(row_bytes, dtype=np.int64)
+    bounds, start = [], 0
+    while start < rows:
+        before = int(cumulative[start - 1]) if start else 0
+        end = max(start + 1, int(np.searchsorted(cumulative, before + max_bytes, side="right")))
+        bounds.append((start, end))
+        start = end
+    return bounds

@@ -41,12 +41,14 @@ from ads_spark.sink.options import (
     parse_sink_options,
     to_produce_rows,
 )
-from ads_spark.sink.partitioning import assign_partitions, group_by_topic, group_rows
+from ads_spark.sink.partitioning import assign_partitions, chunk_bounds, group_by_topic, group_rows
 from ads_spark.source import clients
 
 log = logging.getLogger("ads.spark.sink")
 
 IN_FLIGHT_BATCHES_MAX = 64  # produce batches a task may have unacknowledged before it waits
+PRODUCE_BATCH_BYTES_DEFAULT = 1 << 20  # the client's batch.size default; ``ads.batch.size`` overrides
+ROW_OVERHEAD_BYTES = 16
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # local properties Spark sets on streaming tasks
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -112,6 +114,7 @@ def _write(options: SinkOptions, config: dict[str, str], identity: WriteTaskIden
     producer = clients.producer_for(config)
     admin = clients.admin_for(options.client_config)
     partition_counts: dict[str, int] = {}
+    batch_bytes_max = int(config.get("batch.size", PRODUCE_BATCH_BYTES_DEFAULT))
     sent: deque[_Sent] = deque()
     message = AdsCommitMessage(identity)
     for batch_index, batch in enumerate(batches):
@@ -126,8 +129,9 @@ def _write(options: SinkOptions, config: dict[str, str], identity: WriteTaskIden
             chosen = assign_partitions(keys, explicit, count, round_robin, topic)
             for partition, subset in group_rows(chosen):
                 records = rows.records.take(indices[subset])
-                sent.append(_Sent(topic, partition, records.num_rows,
-                                  producer.produce_arrow(topic, records, partition=partition)))
+                for records_chunk in _chunks(records, batch_bytes_max):
+                    sent.append(_Sent(topic, partition, records_chunk.num_rows,
+                                      producer.produce_arrow(topic, records_chunk, partition=partition)))
         while len(sent) > IN_FLIGHT_BATCHES_MAX:
             _collect(sent.popleft(), message, options.delivery_wait_s)
     undelivered = producer.flush(timeout=options.delivery_wait_s)
@@ -136,6 +140,18 @@ def _write(options: SinkOptions, config: dict[str, str], identity: WriteTaskIden
     if undelivered:
         raise RequestTimedOutError(f"{undelivered} records were not acknowledged within {options.delivery_wait_s}s")
     return message
+
+
+def _chunks(records: pa.RecordBatch, max_bytes: int) -> list[pa.RecordBatch]:
+    """Zero-copy slices of one partition's rows, each within the produce batch size."""
+    if records.nbytes <= max_bytes:
+        return [records]
+    import numpy as np
+    import pyarrow.compute as pc
+
+    row_bytes = ROW_OVERHEAD_BYTES + sum(np.asarray(pc.binary_length(records.column(name)).fill_null(0))
+                                         for name in ("key", "value"))
+    return [records.slice(start, end - start) for start, end in chunk_bounds(row_bytes, max_bytes)]
 
 
 def _rows_by_topic(rows, options: SinkOptions):

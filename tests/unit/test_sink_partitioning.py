@@ -44,3 +44,11 @@ def test_grouping_keeps_row_order_within_a_partition():
     assert [(p, rows.tolist()) for p, rows in groups] == [(0, [1, 4]), (1, [3]), (2, [0, 2])]
     assert group_rows(np.array([], dtype=np.int32)) == []
     assert [(t, r.tolist()) for t, r in group_by_topic(pa.array(["b", "a", "b"]))] == [("b", [0, 2]), ("a", [1])]
+
+
+def test_chunk_bounds_keep_each_chunk_under_the_limit():
+    from ads_spark.sink.partitioning import chunk_bounds
+
+    assert chunk_bounds(np.array([4, 4, 4, 4, 4]), 8) == [(0, 2), (2, 4), (4, 5)]
+    assert chunk_bounds(np.array([20, 1, 1]), 8) == [(0, 1), (1, 3)]
+    assert chunk_bounds(np.array([], dtype=np.int64), 8) == []

@@ -1,0 +1,198 @@
+"""format("ads") end to end: a real broker cluster, a real SparkSession, data compared with chispa.
+
+One cluster for the module (``cluster`` fixture), one SparkSession for the run
+(``spark``); every test makes its own topics. Covers batch reads with offsets and
+timestamps, batch writes with key/partition/topic routing, a streaming copy with
+admission control under Trigger.AvailableNow, incremental micro-batches, and
+failOnDataLoss on a topic that is deleted and re-created under a running query.
+"""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+
+import pytest
+from chispa import assert_df_equality
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+STREAM_WAIT_S = 180
+
+
+def new_topic(admin, partitions: int, replication_factor: int = 1) -> str:
+    name = f"spark-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(name, partitions=partitions, replication_factor=replication_factor)
+    return name
+
+
+@pytest.fixture(scope="module")
+def bootstrap(cluster):
+    return cluster.bootstrap_servers
+
+
+@pytest.fixture(scope="module")
+def admin(bootstrap):
+    from ads_spark.client import Admin
+
+    client = Admin({"bootstrap.servers": bootstrap})
+    yield client
+    client.close()
+
+
+def produce(bootstrap, topic, records):
+    """records: (partition, key, value, headers) tuples; returns when all are acknowledged."""
+    from ads_spark.client import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    try:
+        futures = [producer.produce(topic, value=v, key=k, headers=h, partition=p) for p, k, v, h in records]
+        assert producer.flush(30) == 0
+        return [f.result() for f in futures]
+    finally:
+        producer.close()
+
+
+def reader(spark, bootstrap, **options):
+    return spark.read.format("ads").option("ads.bootstrap.servers", bootstrap).options(**options).load()
+
+
+def test_batch_read_matches_what_was_produced(spark, admin, bootstrap):
+    topic = new_topic(admin, partitions=2)
+    produce(bootstrap, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), [("h", f"{i}".encode())])
+                               for i in range(10)])
+    df = reader(spark, bootstrap, subscribe=topic, includeHeaders="true")
+    actual = df.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic", "partition",
+                           "offset", "timestampType", "headers[0].key AS header_key",
+                           "CAST(headers[0].value AS STRING) AS header_value")
+    expected = spark.createDataFrame(
+        [(f"k{i}", f"v{i}", topic, i % 2, i // 2, 0, "h", f"{i}") for i in range(10)],
+        actual.schema)
+    assert_df_equality(actual, expected, ignore_row_order=True)
+    assert df.where("timestamp IS NULL").count() == 0
+
+
+def test_batch_read_offsets_json_and_timestamps(spark, admin, bootstrap):
+    topic = new_topic(admin, partitions=2)
+    produce(bootstrap, topic, [(i % 2, None, f"v{i}".encode(), None) for i in range(12)])
+    ranged = reader(spark, bootstrap, subscribe=topic,
+                    startingOffsets=f'{{"{topic}":{{"0":2,"1":-2}}}}',
+                    endingOffsets=f'{{"{topic}":{{"0":4,"1":-1}}}}')
+    assert sorted((r.partition, r.offset) for r in ranged.select("partition", "offset").collect()) == \
+        [(0, 2), (0, 3)] + [(1, o) for o in range(6)]
+    assigned = reader(spark, bootstrap, assign=f'{{"{topic}":[1]}}')
+    assert assigned.select("partition").distinct().collect()[0].partition == 1 and assigned.count() == 6
+    last_ms = max(r.ts for r in reader(spark, bootstrap, subscribe=topic).selectExpr(
+        "CAST(unix_micros(timestamp) / 1000 AS BIGINT) AS ts").collect())
+    assert reader(spark, bootstrap, subscribe=topic, startingTimestamp=str(last_ms + 1)).count() == 0
+    assert reader(spark, bootstrap, subscribe=topic, endingTimestamp=str(last_ms + 1)).count() == 12
+
+
+def test_batch_read_splits_into_min_partitions(spark, admin, bootstrap):
+    topic = new_topic(admin, partitions=1)
+    produce(bootstrap, topic, [(0, None, b"x", None) for _ in range(20)])
+    df = reader(spark, bootstrap, subscribe=topic, minPartitions="4")
+    assert df.rdd.getNumPartitions() == 4 and df.count() == 20
+    assert reader(spark, bootstrap, subscribe=topic, maxRecordsPerPartition="3").rdd.getNumPartitions() == 7
+
+
+def test_batch_write_routes_by_key_partition_and_topic(spark, admin, bootstrap):
+    first, second = new_topic(admin, partitions=3), new_topic(admin, partitions=2)
+    rows = [(f"k{i}", f"v{i}", first if i % 2 else second, 1 if i == 4 else None) for i in range(20)]
+    source = spark.createDataFrame(rows, "key string, value string, topic string, partition int")
+    source.write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap).save()
+    written = reader(spark, bootstrap, subscribePattern=f"{first}|{second}")
+    actual = written.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic",
+                                "partition")
+    counts = {first: 3, second: 2}
+    expected = spark.createDataFrame(
+        [(k, v, t, p if p is not None else zlib.crc32(k.encode()) % counts[t]) for k, v, t, p in rows],
+        actual.schema)
+    assert_df_equality(actual, expected, ignore_row_order=True)
+
+
+def test_batch_write_with_topic_option_and_headers(spark, admin, bootstrap):
+    topic = new_topic(admin, partitions=1)
+    source = spark.createDataFrame([("a", "ignored")], "value string, topic string").selectExpr(
+        "value", "topic", "array(named_struct('key', 'h', 'value', CAST('1' AS BINARY))) AS headers")
+    source.write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap) \
+        .option("topic", topic).save()
+    row = reader(spark, bootstrap, subscribe=topic, includeHeaders="true").collect()[0]
+    assert (row.value, row.key, row.headers[0].key, bytes(row.headers[0].value)) == (b"a", None, "h", b"1")
+
+
+def test_batch_write_to_missing_topic_fails_the_task(spark, bootstrap):
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(Exception) as excinfo:
+        df.write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap) \
+            .option("topic", f"missing-{uuid.uuid4().hex[:6]}").save()
+    assert "does not exist" in str(excinfo.value)
+
+
+def test_stream_copy_available_now_with_max_offsets(spark, admin, bootstrap, checkpoint_dir):
+    source, sink = new_topic(admin, partitions=2), new_topic(admin, partitions=2)
+    produce(bootstrap, source, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), None) for i in range(20)])
+    query = (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap)
+             .option("subscribe", source).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "6")
+             .load().selectExpr("key", "value")
+             .writeStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", sink)
+             .option("checkpointLocation", checkpoint_dir).trigger(availableNow=True).start())
+    assert query.awaitTermination(STREAM_WAIT_S)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 20 and max(sizes) <= 6
+    copied = reader(spark, bootstrap, subscribe=sink).selectExpr("CAST(key AS STRING) AS key",
+                                                                 "CAST(value AS STRING) AS value")
+    expected = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(20)], copied.schema)
+    assert_df_equality(copied, expected, ignore_row_order=True)
+
+
+def test_stream_picks_up_new_records_and_new_partitions(spark, admin, bootstrap, checkpoint_dir):
+    topic = new_topic(admin, partitions=1)
+    produce(bootstrap, topic, [(0, None, b"before", None)])
+    query_name = f"q_{uuid.uuid4().hex[:8]}"
+    query = (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap)
+             .option("subscribePattern", f"{topic}.*").load()
+             .selectExpr("CAST(value AS STRING) AS value", "topic")
+             .writeStream.format("memory").queryName(query_name)
+             .option("checkpointLocation", checkpoint_dir).start())
+    try:
+        query.processAllAvailable()
+        produce(bootstrap, topic, [(0, None, b"after", None)])
+        other = f"{topic}-b"
+        admin.create_topic(other, partitions=1, replication_factor=1)
+        produce(bootstrap, other, [(0, None, b"new-topic", None)])
+        query.processAllAvailable()
+        seen = {(r.value, r.topic) for r in spark.table(query_name).collect()}
+        assert seen == {("after", topic), ("new-topic", other)}  # startingOffsets=latest skips "before"
+        assert query.lastProgress["sources"][0]["latestOffset"] is not None
+    finally:
+        query.stop()
+
+
+def test_stream_fails_on_recreated_topic_unless_told_not_to(spark, admin, bootstrap, tmp_path):
+    topic = new_topic(admin, partitions=1)
+    produce(bootstrap, topic, [(0, None, b"one", None)])
+
+    def start(fail_on_data_loss: str, name: str):
+        return (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap)
+                .option("subscribe", topic).option("startingOffsets", "earliest")
+                .option("failOnDataLoss", fail_on_data_loss).load().selectExpr("CAST(value AS STRING) AS value")
+                .writeStream.format("memory").queryName(name)
+                .option("checkpointLocation", str(tmp_path / name)).start())
+
+    strict, lenient = start("true", f"strict_{uuid.uuid4().hex[:6]}"), start("false", f"lenient_{uuid.uuid4().hex[:6]}")
+    try:
+        strict.processAllAvailable()
+        lenient.processAllAvailable()
+        admin.delete_topic(topic)
+        admin.create_topic(topic, partitions=1, replication_factor=1)
+        produce(bootstrap, topic, [(0, None, b"two", None)])
+        with pytest.raises(Exception) as excinfo:
+            strict.processAllAvailable()
+        assert "failOnDataLoss=false" in str(excinfo.value)
+        lenient.processAllAvailable()
+        assert sorted(r.value for r in spark.table(lenient.name).collect()) == ["one", "two"]
+    finally:
+        strict.stop()
+        lenient.stop()
