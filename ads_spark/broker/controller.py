@@ -14,30 +14,20 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any, Callable
 
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
 from ads_spark.replication.assignment import assign_replicas
-from ads_spark.replication.leader_choice import choose_leader
+from ads_spark.replication import election
+from ads_spark.replication.election import Decision, PartitionView
+from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
 
 log = logging.getLogger("ads.controller")
 
 EVENT_QUEUE_MAX = 10_000
 BROKER_REQUEST_TIMEOUT_MS = 15_000
-
-
-@dataclass
-class PartitionView:
-    topic: str
-    partition: int
-    replicas: list[int]
-    leader: int
-    leader_epoch: int
-    isr: list[int]
-    version: int
-    elr: list[int] = field(default_factory=list)
 
 
 class Controller:
@@ -55,6 +45,8 @@ class Controller:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._connections: Connections | None = None
+        self.elections = 0  # leader changes this controller wrote (for metrics)
+        self.unclean_elections = 0
 
     # ---- event loop -----------------------------------------------------------------
 
@@ -129,11 +121,27 @@ class Controller:
         if topic is None:
             return
         self.topics[name] = topic
+        found = self.zk.read_partition_states([(name, number) for number in topic["assignment"]])
         for number, replicas in topic["assignment"].items():
-            state, version = self.zk.read_partition_state(name, number)
-            self.states[(name, number)] = PartitionView(name, number, list(replicas), state.leader,
-                                                        state.leader_epoch, list(state.isr), version,
-                                                        list(getattr(state, "elr", []) or []))
+            versioned = found.get((name, number))
+            if versioned is None:
+                continue  # created without a state (should not happen): nothing to lead yet
+            self.states[(name, number)] = self._view(name, number, replicas, versioned)
+
+    def _view(self, topic: str, number: int, replicas, versioned) -> PartitionView:
+        """The pure decision input for one partition, from its topic config and state znode."""
+        config = self.topics.get(topic, {}).get("config", {})
+        defaults = self.broker.config
+        state = versioned.state
+        return PartitionView(
+            topic, number, tuple(int(r) for r in replicas),
+            tuple(int(r) for r in self.topics.get(topic, {}).get("observers", {}).get(number, ())),
+            LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
+                         versioned.zk_version, state.controller_epoch),
+            min_insync_replicas=int(config.get("min.insync.replicas", defaults["min.insync.replicas"])),
+            unclean_leader_election_enable=_bool(config.get("unclean.leader.election.enable"),
+                                                 defaults["unclean.leader.election.enable"]),
+        )
 
     # ---- events -----------------------------------------------------------------------
 
@@ -147,8 +155,9 @@ class Controller:
         arrived = {b for b in self.live if b not in before or b in gone}
         if gone:
             log.info("controller: brokers gone %s", sorted(gone))
-        affected = {key for key, view in self.states.items() if view.leader in gone or set(view.isr) & gone}
-        self._elect_offline(affected, dead=gone - set(self.live))
+        decisions = election.on_brokers_changed(self.states.values(), frozenset(self.live), frozenset(gone),
+                                                unclean_restarted=frozenset(), controller_epoch=self.epoch)
+        self._apply_decisions(decisions)
         self._push_metadata_everywhere()
         if arrived:
             log.info("controller: brokers arrived %s", sorted(arrived))
@@ -171,14 +180,10 @@ class Controller:
     def _on_isr_change(self) -> None:
         if not self.active:
             return
-        for topic, number in self.zk.take_isr_change_notifications():
-            view = self.states.get((topic, number))
-            if view is None:
-                continue
-            state, version = self.zk.read_partition_state(topic, number)
-            view.leader, view.leader_epoch, view.isr, view.version = (state.leader, state.leader_epoch,
-                                                                      list(state.isr), version)
-            view.elr = list(getattr(state, "elr", []) or [])
+        keys = [key for key in self.zk.take_isr_change_notifications() if key in self.states]
+        for key, versioned in self.zk.read_partition_states(keys).items():
+            self.states[key] = replace(self.states[key], state=self._view(
+                key[0], key[1], self.states[key].replicas, versioned).state)
         self._push_metadata_everywhere()
 
     def _on_topic_deletion(self) -> None:
@@ -205,46 +210,65 @@ class Controller:
         for name in self.zk.take_config_change_notifications():
             if name in self.topics:
                 self.topics[name]["config"] = self.zk.read_topic_config(name)
+                for key in [k for k in self.states if k[0] == name]:
+                    view = self.states[key]
+                    fresh = self._view(key[0], key[1], view.replicas, _Versioned(view.state))
+                    self.states[key] = fresh
+                # An offline partition may now be electable (e.g. unclean election was enabled).
+                self._elect_offline({k for k in self.states if k[0] == name})
         self._push_metadata_everywhere()
 
     # ---- decisions ---------------------------------------------------------------------
 
-    def _elect_offline(self, keys: set, dead: set | None = None) -> None:
-        """Give every partition in ``keys`` whose leader is not alive a leader chosen from its ISR."""
-        updates = []
+    def _elect_offline(self, keys: set) -> None:
+        """Elect a leader for every partition in ``keys`` whose leader is not alive (pure decision)."""
+        live = frozenset(self.live)
+        decisions = []
         for key in sorted(keys):
             view = self.states[key]
-            isr = [r for r in view.isr if r in self.live]
-            if view.leader in self.live and view.leader in isr and isr == view.isr:
+            if view.state.leader in live:
                 continue
-            unclean = _bool(self.topics[key[0]].get("config", {}).get("unclean.leader.election.enable"),
-                            self.broker.config["unclean.leader.election.enable"])
-            choice = choose_leader(view.replicas, isr, set(self.live), unclean=unclean)
-            if choice.leader == view.leader and isr == view.isr:
-                continue
-            new_isr = choice.isr if choice.leader >= 0 else view.isr
-            updates.append((view, choice.leader, new_isr))
-        if updates:
-            self._write_states(updates)
+            decision = election.elect(view, live, self.epoch, reason="offline partition")
+            if decision.new_state.leader == NO_LEADER and view.state.leader == NO_LEADER:
+                continue  # still offline; nothing new to write
+            decisions.append(decision)
+        self._apply_decisions(decisions)
 
-    def _write_states(self, updates: list) -> None:
-        changes = []
-        for view, leader, isr in updates:
-            epoch = view.leader_epoch + 1 if leader != view.leader else view.leader_epoch
-            changes.append((view.topic, view.partition, {"leader": leader, "leader_epoch": epoch, "isr": isr,
-                                                         "elr": view.elr}, view.version))
-        new_versions = self.zk.write_partition_states(self.epoch, self.epoch_version, changes)
-        for (view, leader, isr), (topic, number, state, _), version in zip(updates, changes, new_versions):
-            view.leader, view.leader_epoch, view.isr, view.version = leader, state["leader_epoch"], isr, version
-        self._send_leader_and_isr({(v.topic, v.partition) for v, _, _ in updates})
+    def _apply_decisions(self, decisions: list[Decision]) -> None:
+        """Write every decision in fenced batches, keep the ones ZooKeeper accepted, push them once."""
+        if not decisions:
+            return
+        changes = [(d.topic, d.partition, {"leader": d.new_state.leader, "leader_epoch": d.new_state.leader_epoch,
+                                           "isr": list(d.new_state.isr), "elr": list(d.new_state.elr)},
+                    d.expected_partition_epoch) for d in decisions]
+        results = self.zk.write_partition_states(self.epoch, self.epoch_version, changes)
+        changed = set()
+        for decision, result in zip(decisions, results):
+            key = (decision.topic, decision.partition)
+            view = self.states[key]
+            if isinstance(result, int):
+                self.states[key] = replace(view, state=replace(decision.new_state, partition_epoch=result))
+                changed.add(key)
+                if decision.unclean:
+                    self.unclean_elections += 1
+                    log.warning("controller: %s-%s %s", key[0], key[1], decision.reason)
+                else:
+                    log.info("controller: %s-%s leader %s epoch %s (%s)", key[0], key[1],
+                             decision.new_state.leader, decision.new_state.leader_epoch, decision.reason)
+            elif result.current is not None:  # a leader's ISR write won the race: take it, decide again later
+                self.states[key] = self._view(key[0], key[1], view.replicas, result.current)
+        self.elections += sum(1 for d in decisions if (d.topic, d.partition) in changed)
+        self._send_leader_and_isr(changed)
 
     # ---- pushing to brokers -------------------------------------------------------------
 
     def _partition_json(self, view: PartitionView) -> dict[str, Any]:
         topic = self.topics[view.topic]
         return {"topic": view.topic, "partition": view.partition, "topic_id": topic["topic_id"],
-                "leader": view.leader, "leader_epoch": view.leader_epoch, "isr": view.isr, "elr": view.elr,
-                "replicas": view.replicas, "observers": [], "partition_epoch": view.version,
+                "leader": view.state.leader, "leader_epoch": view.state.leader_epoch,
+                "isr": list(view.state.isr), "elr": list(view.state.elr),
+                "replicas": list(view.replicas), "observers": list(view.observers),
+                "partition_epoch": view.state.partition_epoch,
                 "offline_replicas": [r for r in view.replicas if r not in self.live],
                 "config": topic.get("config", {})}
 
@@ -286,7 +310,7 @@ class Controller:
             log.warning("controller: %s to broker %s failed: %s", action, broker_id, exc)
 
     def offline_partition_count(self) -> int:
-        return sum(1 for view in list(self.states.values()) if view.leader < 0)
+        return sum(1 for view in list(self.states.values()) if view.state.leader < 0)
 
     # ---- requests from admin handlers ------------------------------------------------
 
@@ -294,6 +318,14 @@ class Controller:
         brokers = self.zk.live_brokers()
         racks = {b: info.get("rack") for b, info in brokers.items()}
         return assign_replicas(partitions, replication_factor, racks)
+
+
+class _Versioned:
+    """A partition state already held as a pure value, in the shape ``_view`` reads."""
+
+    def __init__(self, state: LeaderAndIsr):
+        self.state = state
+        self.zk_version = state.partition_epoch
 
 
 def _bool(value: Any, default: bool) -> bool:
