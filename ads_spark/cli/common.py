@@ -26,7 +26,12 @@ def bootstrap_servers(args) -> str:
         raise InvalidRequestError(
             f"no --bootstrap-server given and no cluster state at {state}; start one with `ads cluster up`"
         )
-    return json.loads(state.read_text())["bootstrap_servers"]
+    from ads_spark.cluster import LocalCluster
+
+    servers = LocalCluster(Path(args.dir)).bootstrap_servers
+    if not servers:
+        raise InvalidRequestError(f"the cluster state at {state} names no brokers; run `ads cluster up` again")
+    return servers
 
 
 def client_config(args, **extra) -> dict:

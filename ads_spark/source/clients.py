@@ -19,6 +19,8 @@ not load Flight.
 
 from __future__ import annotations
 
+import time
+
 import threading
 from typing import Any, Callable, Mapping
 
@@ -79,12 +81,35 @@ def cached_client_count() -> int:
 # ---- look-ups for planning ----------------------------------------------------------
 
 
+# A topic deleted between the listing and the look-ups of one snapshot is retried this often.
+SNAPSHOT_ATTEMPTS_MAX = 5
+
+
 def take_snapshot(admin, subscription: Subscription, *, require_existing: bool) -> Snapshot:
     """Topic ids, log start offsets and high watermarks of every subscribed partition.
 
     ``require_existing``: a batch query fails on a named topic/partition that does not
-    exist; a stream waits for it (it is simply absent from the snapshot).
+    exist; a stream waits for it (it is simply absent from the snapshot). A stream
+    also tolerates a topic that vanishes (deleted, maybe being re-created) while the
+    snapshot is taken: it takes the snapshot again, and after
+    ``SNAPSHOT_ATTEMPTS_MAX`` tries raises the last error.
     """
+    if require_existing:
+        return _take_snapshot_once(admin, subscription, require_existing=True)
+    for attempt in range(SNAPSHOT_ATTEMPTS_MAX):
+        try:
+            return _take_snapshot_once(admin, subscription, require_existing=False)
+        except UnknownTopicOrPartitionError:
+            if attempt == SNAPSHOT_ATTEMPTS_MAX - 1:
+                raise
+            time.sleep(SNAPSHOT_RETRY_BACKOFF_S * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+SNAPSHOT_RETRY_BACKOFF_S = 0.2
+
+
+def _take_snapshot_once(admin, subscription: Subscription, *, require_existing: bool) -> Snapshot:
     from ads_spark.client import TopicPartition
 
     existing = set(admin.list_topics())
