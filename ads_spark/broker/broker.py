@@ -17,6 +17,7 @@ from ads_spark.broker.admin_handlers import AdminHandlers
 from ads_spark.broker.control_handlers import ControlHandlers
 from ads_spark.broker.data_handlers import DataHandlers
 from ads_spark.broker.fetcher import ReplicaFetcherManager
+from ads_spark.broker.isr_writer import IsrWriter
 from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogManager
 from ads_spark.broker.metadata_cache import MetadataCache
 from ads_spark.broker.metrics import BrokerMetrics
@@ -27,6 +28,7 @@ from ads_spark.broker.verify_handlers import VerifyHandlers
 from ads_spark.client import wire
 from ads_spark.config import BrokerConfig, effective_topic_config
 from ads_spark.records import now_ms
+from ads_spark.replication.state import PartitionConfig
 
 log = logging.getLogger("ads.broker")
 
@@ -50,6 +52,8 @@ class Broker:
         self.metadata = MetadataCache()
         self.replica_manager = ReplicaManager(self.broker_id)
         self.fetchers = ReplicaFetcherManager(self.broker_id, config, self.replica_manager, self.broker_epoch)
+        self.fetchers.on_fatal = self._on_fatal
+        self.isr_writer = IsrWriter(self._write_isr)
         self.logs = LogManager.open(Path(config["log.dirs"]), log_config_for(self._effective({})), now_ms())
         self.data = DataHandlers(self)
         self.control = ControlHandlers(self)
@@ -70,6 +74,7 @@ class Broker:
 
     def start(self) -> None:
         threading.Thread(target=self.server.serve, name="flight-server", daemon=True).start()
+        self.isr_writer.start()
         self._periodic.start()
         self.metrics.serve(self.config["metrics.port"])
         if self.zk is not None:
@@ -89,6 +94,7 @@ class Broker:
                 log.warning("controlled shutdown did not complete; stopping anyway", exc_info=True)
         self._stopping.set()
         self.fetchers.shutdown()
+        self.isr_writer.stop()
         if self.zk is not None:
             self.zk.stop()
         self.replica_manager.shutdown()
@@ -127,37 +133,50 @@ class Broker:
     def max_message_bytes(self, topic: str) -> int:
         return self.topic_config(topic)["max.message.bytes"]
 
+    def partition_config(self, effective: dict[str, Any]) -> PartitionConfig:
+        return PartitionConfig(
+            min_insync_replicas=effective["min.insync.replicas"],
+            replica_lag_time_max_ms=self.config["replica.lag.time.max.ms"],
+            unclean_leader_election_enable=bool(effective["unclean.leader.election.enable"]),
+        )
+
     def ensure_partition(self, topic: str, number: int, topic_id: str, overrides: dict[str, str]) -> Partition:
         existing = self.replica_manager.maybe_get(topic, number)
         self._topic_overrides[topic] = dict(overrides)
         effective = self._effective(overrides)
         if existing is not None:
-            existing.min_insync_replicas = effective["min.insync.replicas"]
+            existing.update_config(self.partition_config(effective), now_ms())
             return existing
         partition_log = self.logs.get_or_create(topic, number, log_config_for(effective), topic_id)
         epochs = LeaderEpochFile(Path(partition_log.directory) / "leader-epoch-checkpoint")
         partition = Partition(topic, number, topic_id, partition_log, epochs, self.broker_id,
-                              min_insync_replicas=effective["min.insync.replicas"])
-        partition.high_watermark = min(self.logs.read_high_watermarks().get((topic, number), 0),
-                                       partition_log.log_end_offset)
+                              self.partition_config(effective),
+                              high_watermark_checkpoint=self.logs.read_high_watermarks().get((topic, number), 0),
+                              isr_sender=self.isr_writer.submit)
         return self.replica_manager.add(partition)
 
     def apply_topic_config(self, partition: Partition, overrides: dict[str, str]) -> None:
         self._topic_overrides[partition.topic] = dict(overrides)
         effective = self._effective(overrides)
-        partition.min_insync_replicas = effective["min.insync.replicas"]
+        partition.update_config(self.partition_config(effective), now_ms())
+        partition.log.update_config(log_config_for(effective))
 
     def close_partition_log(self, topic: str, number: int, delete: bool) -> None:
         if delete:
             self.logs.remove(topic, number)
 
-    def may_serve_follower_read(self, partition: Partition, replica_id: int) -> bool:
-        # Follower reads (KIP-392) arrive with the replication work; until then only leaders serve.
-        return False
+    def may_serve_follower_read(self, client_rack: str | None) -> bool:
+        """KIP-392: a consumer on this broker's rack may read from this replica as a follower (below its HW)."""
+        rack = self.config["broker.rack"] or None
+        return client_rack is not None and rack is not None and client_rack == rack
 
-    def on_follower_fetch(self, partition: Partition, replica_id: int, broker_epoch: int, fetch_offset: int) -> None:
-        partition.record_follower_fetch(replica_id, broker_epoch, fetch_offset, now_ms())
-        self.replica_manager.notify_changed(partition.key)
+    def _write_isr(self, topic: str, number: int, proposed):
+        if self.zk is None:
+            return None, None  # no ZooKeeper (unit tests): an ISR change can never be committed
+        return self.zk.update_isr(topic, number, proposed)
+
+    def _on_fatal(self, reason: str) -> None:
+        self.fatal_error = reason
 
     # ---- periodic work --------------------------------------------------------------------
 
@@ -165,6 +184,11 @@ class Broker:
         last_checkpoint_ms = last_retention_ms = now_ms()
         while not self._stopping.wait(PERIODIC_TICK_MS / 1000):
             current = now_ms()
+            try:
+                self.replica_manager.tick_all(current)
+            except Exception as exc:  # a broken invariant in the core: stop serving
+                self._on_fatal(f"replication tick failed: {exc}")
+                return
             for partition in self.replica_manager.partitions():
                 try:
                     partition.log.maybe_flush(current)
@@ -187,5 +211,7 @@ class Broker:
 
     def _apply_retention(self, current_ms: int) -> None:
         for partition in self.replica_manager.partitions():
-            with partition.changed:
-                partition.log.apply_retention(current_ms, max_deletable_offset_exclusive=partition.high_watermark)
+            try:
+                partition.apply_retention(current_ms)
+            except Exception:
+                log.exception("retention of %s-%s failed", partition.topic, partition.partition)

@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from ads_spark.client import wire
-from ads_spark.errors import AdsError, StaleControllerEpochError
+from ads_spark.errors import AdsError, ErrorCode, StaleControllerEpochError, error_for
 from ads_spark.broker.fetcher import LeaderEndpoint
 from ads_spark.broker.partition import PartitionRole
 from ads_spark.records import now_ms
@@ -75,11 +75,12 @@ class ControlHandlers:
             return
         partition = self.broker.ensure_partition(topic, number, entry.get("topic_id") or "",
                                                  entry.get("config") or {})
-        if role.leader_id == me:
+        refused = partition.apply_leader_and_isr(role, now_ms())
+        if refused is not None and refused.error is not ErrorCode.NONE:
+            raise error_for(refused.error, f"{topic}-{number}: {refused.message}")
+        if role.leader_id == me or partition.fetch_request() is None:
             self.broker.fetchers.unfollow(partition.key)
-            partition.become_leader(role, now_ms())
         else:
-            partition.become_follower(role)
             leader = brokers.get(role.leader_id) or self._known_broker(role.leader_id)
             if leader is None:
                 self.broker.fetchers.unfollow(partition.key)

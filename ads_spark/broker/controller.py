@@ -80,6 +80,11 @@ class Controller:
     # ---- election ---------------------------------------------------------------------
 
     def _elect(self) -> None:
+        if self.active:
+            if self.zk.controller_id() == self.broker_id:
+                return  # a watch fired for our own /controller: nothing changed for us
+            log.warning("broker %s lost the controller role (session loss?)", self.broker_id)
+            self.active = False
         won = self.zk.try_become_controller(self.broker_id)
         if won is None:
             self.active = False
@@ -113,7 +118,12 @@ class Controller:
         self.states = {}
         for name in self.zk.topic_names():
             self._load_topic(name)
-        self._elect_offline(set(self.states))
+        # A new controller treats every ISR member or leader that is not registered as failed
+        # (it may have died while no controller was watching): one batched pass, as on a broker loss.
+        named = {b for view in self.states.values() for b in (*view.state.isr, view.state.leader) if b >= 0}
+        self._apply_decisions(election.on_brokers_changed(
+            self.states.values(), frozenset(self.live), frozenset(named - set(self.live)),
+            unclean_restarted=frozenset(), controller_epoch=self.epoch))
         self._push_all()
 
     def _load_topic(self, name: str) -> None:
@@ -163,7 +173,7 @@ class Controller:
             log.info("controller: brokers arrived %s", sorted(arrived))
             self._send_leader_and_isr({k for k, v in self.states.items() if set(v.replicas) & arrived},
                                       only_brokers=arrived)
-            self._elect_offline({k for k, v in self.states.items() if v.leader < 0})
+            self._elect_offline({k for k, v in self.states.items() if v.state.leader < 0})
 
     def _on_topic_change(self) -> None:
         if not self.active:

@@ -14,18 +14,13 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from ads_spark.client import wire
-from ads_spark.errors import (
-    AdsError,
-    InvalidRequestError,
-    NotLeaderOrFollowerError,
-)
-from ads_spark.broker.partition import ROLE_LEADER, Partition
+from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, error_for
+from ads_spark.broker.partition import Partition
 from ads_spark.broker.server import error_response
 from ads_spark.records import conform_produce_batch, now_ms
 
 FETCH_MAX_BYTES_DEFAULT = 50 << 20
 PARTITION_FETCH_MAX_BYTES_DEFAULT = 1 << 20
-UNDEFINED_EPOCH_OFFSET = (-1, -1)
 
 
 class DataHandlers:
@@ -54,12 +49,14 @@ class DataHandlers:
             conformed = conform_produce_batch(batch)
             max_bytes = self.broker.max_message_bytes(topic)
 
-            def complete(header, error: AdsError | None) -> None:
+            record_count = conformed.num_rows
+
+            def complete(base_offset: int, error: AdsError | None) -> None:
                 if error is not None:
                     respond(error_response(correlation_id, error))
                 else:
                     respond({"correlation_id": correlation_id, "error_code": 0,
-                             "base_offset": header.base_offset, "record_count": header.record_count,
+                             "base_offset": base_offset, "record_count": record_count,
                              "log_append_time_ms": -1})
 
             self.replicas.produce(topic, partition, conformed, acks=acks, timeout_ms=max(timeout_ms, 0),
@@ -76,12 +73,13 @@ class DataHandlers:
                                  self.broker.config["fetch.wait.max.ms.max"]))
         min_bytes = max(0, wire.optional(request, "min_bytes", int, 1, "fetch"))
         max_bytes = max(1, wire.optional(request, "max_bytes", int, FETCH_MAX_BYTES_DEFAULT, "fetch"))
+        client_rack = wire.optional(request, "client_rack", str, None, "fetch") or None
         wanted = wire.require(request, "partitions", list, "fetch")
         specs = [self._parse_fetch_partition(entry) for entry in wanted]
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
             version = self.replicas.activity_version
-            responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes)
+            responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes, client_rack)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if total_bytes >= min_bytes or remaining_ms <= 0 or self._any_error(responses):
                 return responses
@@ -107,14 +105,14 @@ class DataHandlers:
                                                         PARTITION_FETCH_MAX_BYTES_DEFAULT, what)),
         }
 
-    def _read_all(self, specs, replica_id: int, broker_epoch: int, max_bytes: int):
+    def _read_all(self, specs, replica_id: int, broker_epoch: int, max_bytes: int, client_rack: str | None):
         responses, total_bytes = [], 0
         for spec in specs:
             budget = max(1, min(spec["partition_max_bytes"], max_bytes - total_bytes))
             meta = {"topic": spec["topic"], "partition": spec["partition"], "error_code": 0}
             try:
                 partition = self.replicas.get(spec["topic"], spec["partition"])
-                batches = self._read_one(partition, spec, replica_id, broker_epoch, budget, meta)
+                batches = self._read_one(partition, spec, replica_id, broker_epoch, budget, meta, client_rack)
             except AdsError as exc:
                 meta.update(error_code=int(exc.code), message=exc.message or str(exc))
                 batches = []
@@ -123,40 +121,30 @@ class DataHandlers:
         return responses, total_bytes
 
     def _read_one(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
-                  meta: dict) -> list:
-        partition.check_leader_epoch(spec["current_leader_epoch"])
-        for_replica = replica_id >= 0
-        if partition.role != ROLE_LEADER and not self.broker.may_serve_follower_read(partition, replica_id):
-            raise NotLeaderOrFollowerError(
-                f"broker {self.broker.broker_id} is not the leader of {partition.topic}-{partition.partition}"
-            )
-        if for_replica:
-            diverging = self._divergence(partition, spec)
-            if diverging is not None:
-                meta["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
-                self._fill_offsets(partition, meta)
-                return []
-            self.broker.on_follower_fetch(partition, replica_id, broker_epoch, spec["fetch_offset"])
-        result = partition.read(spec["fetch_offset"], max_bytes=budget, for_replica=for_replica)
-        meta.update(high_watermark=result.high_watermark, log_start_offset=result.log_start_offset,
-                    log_end_offset=result.log_end_offset, leader_epoch=result.leader_epoch)
-        return result.batches
+                  meta: dict, client_rack: str | None = None) -> list:
+        if replica_id >= 0:
+            return self._read_for_follower(partition, spec, replica_id, broker_epoch, budget, meta)
+        allow_follower = self.broker.may_serve_follower_read(client_rack)
+        end = partition.consumer_read_bound(spec["current_leader_epoch"], spec["fetch_offset"], allow_follower)
+        state = partition.state
+        meta.update(high_watermark=end, log_start_offset=state.log_start_offset,
+                    log_end_offset=state.log_end_offset, leader_epoch=state.leader_epoch)
+        return partition.read(spec["fetch_offset"], end, budget)
 
-    @staticmethod
-    def _fill_offsets(partition: Partition, meta: dict) -> None:
-        meta.update(high_watermark=partition.high_watermark, log_start_offset=partition.log.log_start_offset,
-                    log_end_offset=partition.log.log_end_offset, leader_epoch=partition.assignment.leader_epoch)
-
-    @staticmethod
-    def _divergence(partition: Partition, spec) -> tuple[int, int] | None:
-        """KIP-320: the (epoch, end offset) the follower must truncate to, or None when its log agrees."""
-        last_epoch = spec["last_fetched_epoch"]
-        if last_epoch < 0 or spec["fetch_offset"] == 0:
-            return None
-        epoch, end_offset = end_offset_for_epoch(partition.epochs.entries, partition.log.log_end_offset, last_epoch)
-        if epoch != last_epoch or end_offset < spec["fetch_offset"]:
-            return (epoch, end_offset)
-        return None
+    def _read_for_follower(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
+                           meta: dict) -> list:
+        """The core decides (fencing, divergence, ISR, HW); this reads what it says to send."""
+        reply = partition.on_follower_fetch(replica_id, broker_epoch, spec["current_leader_epoch"],
+                                            spec["fetch_offset"], spec["last_fetched_epoch"], now_ms())
+        meta.update(high_watermark=reply.high_watermark, log_start_offset=reply.log_start_offset,
+                    log_end_offset=reply.read_end_offset_exclusive, leader_epoch=reply.leader_epoch)
+        if reply.error is not ErrorCode.NONE:
+            raise error_for(reply.error, f"{partition.topic}-{partition.partition}: follower {replica_id} "
+                                         f"fetch at {spec['fetch_offset']} refused: {reply.error.name}")
+        if reply.diverging_epoch is not None:
+            meta["diverging_epoch"] = {"epoch": reply.diverging_epoch[0], "end_offset": reply.diverging_epoch[1]}
+            return []
+        return partition.read(spec["fetch_offset"], reply.read_end_offset_exclusive, budget)
 
     # ---- list offsets -------------------------------------------------------------
 
@@ -177,13 +165,11 @@ class DataHandlers:
 
     def _list_offset(self, topic: str, number: int, timestamp: int, leader_epoch: int) -> dict[str, Any]:
         partition = self.replicas.get(topic, number)
-        partition.require_leader()
-        partition.check_leader_epoch(leader_epoch)
-        hw = partition.high_watermark
-        base = {"high_watermark": hw, "log_start_offset": partition.log.log_start_offset,
-                "leader_epoch": partition.assignment.leader_epoch}
+        hw = partition.consumer_read_bound(leader_epoch, partition.state.log_start_offset, allow_follower=False)
+        log_start = partition.state.log_start_offset
+        base = {"high_watermark": hw, "log_start_offset": log_start, "leader_epoch": partition.leader_epoch}
         if timestamp == -2:
-            return {**base, "offset": partition.log.log_start_offset, "timestamp": -1}
+            return {**base, "offset": log_start, "timestamp": -1}
         if timestamp == -1:
             return {**base, "offset": hw, "timestamp": -1}
         if timestamp < 0:
@@ -192,22 +178,3 @@ class DataHandlers:
         if found is None or found[0] >= hw:
             return {**base, "offset": hw, "timestamp": -1, "found": False}
         return {**base, "offset": found[0], "timestamp": found[1], "found": True}
-
-
-def end_offset_for_epoch(entries: list[tuple[int, int]], log_end_offset: int, epoch: int) -> tuple[int, int]:
-    """Kafka's OffsetsForLeaderEpoch answer from a leader-epoch cache.
-
-    The largest known epoch <= ``epoch`` and the offset where it ended (the start
-    of the next epoch, or the log end for the latest epoch); (-1, -1) when every
-    known epoch is newer than ``epoch``.
-    """
-    best = None
-    for index, (known_epoch, _start) in enumerate(entries):
-        if known_epoch <= epoch:
-            best = index
-    if best is None:
-        return UNDEFINED_EPOCH_OFFSET
-    found_epoch = entries[best][0]
-    if best + 1 < len(entries):
-        return found_epoch, entries[best + 1][1]
-    return found_epoch, log_end_offset

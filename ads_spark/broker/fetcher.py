@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pyarrow.flight as flight
 
 from ads_spark.client import wire
-from ads_spark.errors import ErrorCode
-from ads_spark.broker.partition import ROLE_FOLLOWER, Partition
+from ads_spark.errors import AdsError, ErrorCode, InvariantViolation
+from ads_spark.broker.partition import Partition
 from ads_spark.records import now_ms
 
 log = logging.getLogger("ads.broker.fetcher")
@@ -60,12 +60,18 @@ class FetcherThread(threading.Thread):
         config = self.manager.config
         while not self.stopping.is_set():
             with self.lock:
-                partitions = [p for p in self.partitions.values() if p.role == ROLE_FOLLOWER]
+                partitions = list(self.partitions.values())
+            requests = [(p, p.fetch_request()) for p in partitions]
+            partitions = [(p, r) for p, r in requests if r is not None and r.leader == self.leader.broker_id]
             if not partitions:
                 self.stopping.wait(0.05)
                 continue
             try:
                 self._fetch_once(partitions)
+            except InvariantViolation as bug:  # the replica's state is not trustworthy: stop the broker
+                log.critical("replica fetcher for broker %s: %s", self.leader.broker_id, bug)
+                self.manager.on_fatal(str(bug))
+                return
             except Exception as exc:  # leader down or unreachable: back off, the controller will move us
                 log.debug("fetch from broker %s failed: %s", self.leader.broker_id, exc)
                 self._close_client()
@@ -85,17 +91,20 @@ class FetcherThread(threading.Thread):
                 pass
             self._client = None
 
-    def _fetch_once(self, partitions: list[Partition]) -> None:
+    def _fetch_once(self, partitions: list) -> None:
+        """One long-polling fetch for every partition followed on this leader, answers fed to the core."""
         config = self.manager.config
         wait_ms = config["replica.fetch.wait.max.ms"]
+        max_bytes = config["replica.fetch.max.bytes"]
         request = {
             "type": wire.FETCH, "replica_id": self.manager.broker_id, "broker_epoch": self.manager.broker_epoch(),
             "max_wait_ms": wait_ms, "min_bytes": 1, "max_bytes": config["replica.fetch.response.max.bytes"],
-            "partitions": [self._partition_request(p, config["replica.fetch.max.bytes"]) for p in partitions],
+            "partitions": [{"topic": p.topic, "partition": p.partition, "fetch_offset": r.fetch_offset,
+                            "current_leader_epoch": r.current_leader_epoch, "last_fetched_epoch": r.last_fetched_epoch,
+                            "partition_max_bytes": max_bytes} for p, r in partitions],
         }
         options = flight.FlightCallOptions(timeout=wait_ms / 1000 + FETCH_RPC_TIMEOUT_MARGIN_S)
         reader = self._connect().do_get(flight.Ticket(wire.dumps(request)), options)
-        by_key = {p.key: p for p in partitions}
         pending: dict[tuple[str, int], list] = {}
         metas: dict[tuple[str, int], dict] = {}
         for chunk in reader:
@@ -103,56 +112,22 @@ class FetcherThread(threading.Thread):
             key = (meta["topic"], meta["partition"])
             if "error_code" in meta:
                 metas[key] = meta
-            if chunk.data.num_rows:
+            if chunk.data is not None and chunk.data.num_rows:
                 pending.setdefault(key, []).append((chunk.data, wire.header_from_json(meta["header"])))
-        for key, meta in metas.items():
-            partition = by_key.get(key)
-            if partition is not None:
-                self._apply(partition, meta, pending.get(key, []))
-
-    @staticmethod
-    def _partition_request(partition: Partition, max_bytes: int) -> dict:
-        entries = partition.epochs.entries
-        return {
-            "topic": partition.topic, "partition": partition.partition,
-            "fetch_offset": partition.log.log_end_offset,
-            "current_leader_epoch": partition.assignment.leader_epoch,
-            "last_fetched_epoch": entries[-1][0] if entries else -1,
-            "partition_max_bytes": max_bytes,
-        }
-
-    def _apply(self, partition: Partition, meta: dict, batches: list) -> None:
-        code = meta.get("error_code", 0)
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            self._reset_out_of_range(partition, meta)
-            return
-        if code:
-            log.debug("fetch %s-%s from %s: error %s %s", partition.topic, partition.partition,
-                      self.leader.broker_id, code, meta.get("message"))
-            return
-        diverging = meta.get("diverging_epoch")
-        if diverging:
-            target = min(int(diverging["end_offset"]), partition.log.log_end_offset)
-            if int(diverging["epoch"]) < 0:
-                target = min(partition.high_watermark, partition.log.log_end_offset)
-            log.info("%s-%s: diverged from leader at epoch %s; truncating to %s",
-                     partition.topic, partition.partition, diverging["epoch"], target)
-            partition.truncate_to(max(target, partition.log.log_start_offset))
-            self.manager.replicas.notify_changed(partition.key)
-            return
-        partition.append_as_follower(batches, int(meta.get("high_watermark", 0)), now_ms())
-        self.manager.replicas.notify_changed(partition.key)
-
-    def _reset_out_of_range(self, partition: Partition, meta: dict) -> None:
-        leader_start = int(meta.get("log_start_offset", 0) or 0)
-        leader_end = int(meta.get("log_end_offset", 0) or 0)
-        if partition.log.log_end_offset > leader_end and leader_end >= partition.log.log_start_offset:
-            partition.truncate_to(leader_end)
-        else:
-            with partition.changed:
-                partition.log.truncate_fully_and_start_at(leader_start)
-                partition.epochs.truncate_from_start(leader_start)
-        self.manager.replicas.notify_changed(partition.key)
+        for partition, fetch in partitions:
+            meta = metas.get(partition.key)
+            if meta is None:
+                continue
+            code = int(meta.get("error_code", 0))
+            if code and code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                log.debug("fetch %s-%s from %s: error %s %s", partition.topic, partition.partition,
+                          self.leader.broker_id, code, meta.get("message"))
+                continue
+            try:
+                partition.on_fetch_response(fetch, meta, pending.get(partition.key, []), now_ms())
+            except AdsError as exc:  # a corrupt batch: refused, nothing appended; fetch again
+                log.warning("fetch %s-%s from %s refused: %s", partition.topic, partition.partition,
+                            self.leader.broker_id, exc)
 
 
 class ReplicaFetcherManager:
@@ -163,6 +138,7 @@ class ReplicaFetcherManager:
         self.config = config
         self.replicas = replicas
         self.broker_epoch = broker_epoch_fn
+        self.on_fatal = lambda reason: None  # the broker sets it: a broken invariant stops the process
         self._threads: dict[tuple[int, int, str, int], FetcherThread] = {}
         self._assigned: dict[tuple[str, int], tuple[int, int, str, int]] = {}
         self._lock = threading.Lock()

@@ -13,7 +13,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dataclasses import replace
+
 from ads_spark.broker.controller import Controller
+from ads_spark.broker.zk_model import PartitionStateZnode
+from ads_spark.replication.state import LeaderAndIsr
 from ads_spark.broker.zk import ZkClient
 from ads_spark.errors import InvalidReplicaAssignmentError, UnknownTopicOrPartitionError
 
@@ -86,6 +90,20 @@ class ZkMembership:
         if topic is None:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
         return len(next(iter(topic["assignment"].values())))
+
+    def update_isr(self, topic: str, partition: int, proposed: LeaderAndIsr):
+        """A leader's conditional ISR write: (accepted as written, None) or (None, current state)."""
+        znode = PartitionStateZnode(proposed.leader, proposed.leader_epoch, tuple(proposed.isr), tuple(proposed.elr),
+                                    controller_epoch=proposed.controller_epoch)
+        result = self.zk.update_isr(topic, partition, znode, proposed.partition_epoch)
+        if isinstance(result, int):
+            return replace(proposed, partition_epoch=result), None
+        current = result.current
+        if current is None:
+            return None, None
+        state = current.state
+        return None, LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
+                                  current.zk_version, state.controller_epoch)
 
     def describe(self) -> dict[str, Any]:
         return {"broker_epoch": self.broker_epoch, "controller": self.controller.active}

@@ -2,7 +2,8 @@
 
 Gauges are computed when scraped, from the broker's own state, so nothing on a
 hot path updates them; counters (ISR shrinks and expands, failed ISR updates,
-elections) are incremented where those events happen. The endpoint listens on
+elections) are read from the plain integers the ISR writer and the controller
+keep. The endpoint listens on
 127.0.0.1 at ``metrics.port`` (0 picks a free port; -1 turns it off).
 """
 
@@ -10,26 +11,15 @@ from __future__ import annotations
 
 import threading
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ads_spark.broker.partition import ROLE_LEADER
 
 
 class BrokerMetrics:
     def __init__(self, broker):
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
-        self.isr_shrinks = Counter("ads_isr_shrinks", "ISR shrinks on partitions this broker leads",
-                                   registry=self.registry)
-        self.isr_expands = Counter("ads_isr_expands", "ISR expansions on partitions this broker leads",
-                                   registry=self.registry)
-        self.failed_isr_updates = Counter("ads_failed_isr_updates", "ISR writes rejected by ZooKeeper",
-                                          registry=self.registry)
-        self.leader_elections = Counter("ads_leader_elections", "leader elections made by this controller",
-                                        registry=self.registry)
-        self.unclean_elections = Counter("ads_unclean_leader_elections", "unclean elections by this controller",
-                                         registry=self.registry)
         self.registry.register(_StateCollector(broker))
         self.port = -1
         self._server = None
@@ -61,11 +51,12 @@ class _StateCollector:
             labels = [partition.topic, str(partition.partition)]
             leo.add_metric(labels, partition.log.log_end_offset)
             size.add_metric(labels, partition.log.size_bytes)
-            if partition.role == ROLE_LEADER:
-                isr = len(partition.assignment.isr)
-                if isr < len(partition.assignment.replicas):
+            state = partition.state
+            if partition.is_leader:
+                isr = len(state.isr)
+                if isr < len(state.replicas):
                     under_replicated += 1
-                if isr < partition.min_insync_replicas:
+                if isr < state.config.min_insync_replicas:
                     under_min_isr += 1
         yield GaugeMetricFamily("ads_under_replicated_partitions", "led partitions whose ISR is smaller than "
                                 "their replica set", value=under_replicated)
@@ -79,5 +70,16 @@ class _StateCollector:
             controller, "offline_partition_count") else 0
         yield GaugeMetricFamily("ads_offline_partitions_count", "partitions without a leader (controller only)",
                                 value=offline)
+        writer = getattr(self.broker, "isr_writer", None)
+        for name, help_text, value in (
+                ("ads_isr_shrinks", "ISR shrinks on partitions this broker leads", getattr(writer, "shrinks", 0)),
+                ("ads_isr_expands", "ISR expansions on partitions this broker leads", getattr(writer, "expands", 0)),
+                ("ads_failed_isr_updates", "ISR writes rejected by ZooKeeper or unanswered",
+                 getattr(writer, "failed_updates", 0)),
+                ("ads_leader_elections", "leader changes written by this broker's controller",
+                 getattr(controller, "elections", 0)),
+                ("ads_unclean_leader_elections", "unclean elections written by this broker's controller",
+                 getattr(controller, "unclean_elections", 0))):
+            yield CounterMetricFamily(name, help_text, value=value)
         yield leo
         yield size

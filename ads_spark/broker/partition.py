@@ -1,53 +1,49 @@
-"""One hosted partition replica: its log and the role the controller gave it.
+"""One hosted partition replica: the I/O shell around the pure replication core.
 
-The partition is the unit that serialises appends (one lock per partition) and
-that wakes long-polling fetches and waiting acks=all producers when its log end
-or high watermark moves. What the high watermark is, who is in sync and when a
-request is fenced are decisions of the replication layer; this class carries
-them out and keeps the log consistent with them.
+Every decision about this replica (who may append, the high watermark, ISR
+shrink and expand, acks=all completion, producer dedupe, fencing, where a
+follower truncates) is made by ``ads_spark.replication.partition.step``. This
+class feeds it events under one lock per partition and carries out the effects
+it returns, in order, before the next event: disk writes (append, truncate,
+reset, epoch checkpoint) happen under the lock; callbacks (produce answers) and
+ZooKeeper writes (ISR proposals) happen after it is released, so no I/O that can
+block for long is ever done while holding it.
 
-Invariants (checked where they can break):
-* ``high_watermark <= log.log_end_offset`` on a leader; the HW never decreases
-  while this broker leads the same epoch.
-* a leader appends only in its own epoch; a follower appends only batches that
-  continue its log exactly (``base_offset == log_end_offset``).
+Invariants (the core checks its own after every step; these are the shell's):
+* ``state.log_end_offset == log.log_end_offset`` and ``state.log_start_offset
+  == log.log_start_offset`` between events: a disk effect that fails leaves the
+  replica unusable (``InvariantViolation``), never silently diverged;
+* a fetched batch reaches the core only after its offsets and CRC were checked,
+  so a corrupt response is refused and changes nothing.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 
-from ads_spark.errors import (
-    FencedLeaderEpochError,
-    InvariantViolation,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-    UnknownLeaderEpochError,
-)
-from ads_spark.records import BatchHeader
+from ads_spark.errors import CorruptMessageError, ErrorCode, InvariantViolation, RecordTooLargeError, error_for
+from ads_spark.records import BatchHeader, verify
+from ads_spark.replication import dedupe
+from ads_spark.replication import partition as core
+from ads_spark.replication.state import LeaderAndIsr, PartitionConfig, Role
 
-ROLE_NONE = "none"
-ROLE_LEADER = "leader"
-ROLE_FOLLOWER = "follower"
+log = logging.getLogger("ads.broker.partition")
 
-
-@dataclass
-class FollowerState:
-    log_end_offset: int = 0
-    broker_epoch: int = -1
-    last_fetch_ms: int = 0
-    last_caught_up_ms: int = 0
+# Called with (base_offset, error): error None means acknowledged at the requested acks level.
+ProduceCallback = Callable[[int, Exception | None], None]
+# Sends an ISR proposal to ZooKeeper; the answer comes back through ``on_isr_answer``.
+IsrSender = Callable[["Partition", core.ProposeIsr], None]
 
 
 @dataclass
 class PartitionRole:
-    """What the controller's last leader-and-isr said about this partition."""
+    """What the controller's leader-and-isr said about this partition (the wire form)."""
 
     leader_id: int = -1
     leader_epoch: int = -1
@@ -69,184 +65,255 @@ class FetchResult:
 
 
 @dataclass
+class _Outbox:
+    """What an event produced that must run after the lock is released."""
+
+    answers: list[tuple[ProduceCallback, int, Exception | None]] = field(default_factory=list)
+    proposals: list[core.ProposeIsr] = field(default_factory=list)
+    reply: core.ReplyFetch | None = None
+    refused: core.LeaderAndIsrRefused | None = None
+    changed: bool = False  # HW, LEO or role moved: wake long-polling fetches
+
+
 class Partition:
-    topic: str
-    partition: int
-    topic_id: str
-    log: object  # ads_spark.broker.log.PartitionLog
-    epochs: object  # ads_spark.broker.log.LeaderEpochFile
-    local_broker_id: int
-    min_insync_replicas: int = 1
-    role: str = ROLE_NONE
-    assignment: PartitionRole = field(default_factory=PartitionRole)
-    high_watermark: int = 0
-    followers: dict[int, FollowerState] = field(default_factory=dict)
-    # One condition per partition: appends and HW moves notify it; fetchers and acks wait on it.
-    changed: threading.Condition = field(default_factory=threading.Condition)
+    def __init__(self, topic: str, partition: int, topic_id: str, partition_log, epochs_file, local_broker_id: int,
+                 config: PartitionConfig, high_watermark_checkpoint: int, isr_sender: IsrSender | None = None):
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.log = partition_log
+        self.epochs = epochs_file
+        self.local_broker_id = local_broker_id
+        self._isr_sender = isr_sender
+        self.on_changed: Callable[[tuple[str, int]], None] | None = None  # set by the replica manager
+        # One condition per partition: every step holds it; appends and HW moves notify it.
+        self.changed = threading.Condition()
+        self._request_ids = itertools.count(1)
+        self._waiting: dict[int, ProduceCallback] = {}  # acks=all requests the core holds in purgatory
+        self.state = core.initial_state(
+            topic, partition, local_broker_id, config, log_start_offset=partition_log.log_start_offset,
+            log_end_offset=partition_log.log_end_offset, high_watermark_checkpoint=high_watermark_checkpoint,
+            epoch_pairs=tuple(epochs_file.entries), producers=_rebuild_producers(partition_log),
+        )
+
+    # ---- read-only views -------------------------------------------------------------
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.topic, self.partition)
 
     @property
+    def high_watermark(self) -> int:
+        return self.state.high_watermark
+
+    @property
     def log_end_offset(self) -> int:
-        return self.log.log_end_offset
+        return self.state.log_end_offset
 
-    # ---- role changes (from the controller) --------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.state.is_leader
 
-    def become_leader(self, role: PartitionRole, now_ms: int) -> None:
-        with self.changed:
-            if role.leader_epoch < self.assignment.leader_epoch:
-                raise FencedLeaderEpochError(
-                    f"{self.topic}-{self.partition}: leader epoch {role.leader_epoch} is older than "
-                    f"{self.assignment.leader_epoch}"
-                )
-            self.epochs.assign(role.leader_epoch, self.log.log_end_offset)
-            self.role = ROLE_LEADER
-            self.assignment = role
-            self.followers = {
-                r: FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
-                for r in (*role.replicas, *role.observers)
-                if r != self.local_broker_id
-            }
-            self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset)
-            self._advance_high_watermark_locked()
+    @property
+    def is_follower(self) -> bool:
+        return self.state.role is Role.FOLLOWER
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return self.state.config.min_insync_replicas
+
+    # ---- the one way in --------------------------------------------------------------
+
+    def _step_locked(self, event, outbox: _Outbox, pending_batches: dict | None = None) -> None:
+        """Feed one event to the core and carry out its effects (caller holds ``changed``)."""
+        before = self.state
+        self.state, effects = core.step(self.state, event)
+        for effect in effects:
+            self._execute_locked(effect, outbox, pending_batches or {})
+        if self.state.log_end_offset != self.log.log_end_offset:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: core LEO {self.state.log_end_offset} != "
+                                     f"log LEO {self.log.log_end_offset} after {type(event).__name__}")
+        if (self.state.high_watermark, self.state.log_end_offset, self.state.role) != (
+                before.high_watermark, before.log_end_offset, before.role):
+            outbox.changed = True
             self.changed.notify_all()
 
-    def become_follower(self, role: PartitionRole) -> None:
+    def _execute_locked(self, effect, outbox: _Outbox, pending_batches: dict) -> None:
+        match effect:
+            case core.AppendAsLeader(request_id=request_id, base_offset=base, leader_epoch=epoch):
+                batch, producer, timestamp_type, now = pending_batches[request_id]
+                header = self.log.append_as_leader(batch, leader_epoch=epoch, now_ms=now, producer_id=producer[0],
+                                                   producer_epoch=producer[1], base_sequence=producer[2],
+                                                   timestamp_type=timestamp_type)
+                if header.base_offset != base:
+                    raise InvariantViolation(f"{self.topic}-{self.partition}: appended at {header.base_offset}, "
+                                             f"core expected {base}")
+            case core.AppendFetched():
+                self.log.append_as_follower(pending_batches["fetched"], now_ms=pending_batches["now_ms"])
+            case core.Truncate(end_offset_exclusive=end, below_high_watermark=below):
+                if below:
+                    log.warning("%s-%s: truncating committed offsets from %s (after an unclean election)",
+                                self.topic, self.partition, end)
+                self.log.truncate_to(end)
+            case core.ResetLog(start_offset=start):
+                log.info("%s-%s: log restarts empty at the leader's log start %s", self.topic, self.partition, start)
+                self.log.truncate_fully_and_start_at(start)
+            case core.EpochCacheChanged(pairs=pairs):
+                self.epochs.replace_all(pairs)
+            case core.HighWatermarkChanged():
+                pass  # checkpointed periodically from self.state; waiters are woken by _step_locked
+            case core.ProduceCompleted(request_id=request_id, error=error, base_offset=base):
+                callback = self._waiting.pop(request_id, None)
+                if callback is not None:
+                    failure = None if error is ErrorCode.NONE else error_for(
+                        error, f"{self.topic}-{self.partition}: {error.name}")
+                    outbox.answers.append((callback, base, failure))
+            case core.ProposeIsr():
+                outbox.proposals.append(effect)
+            case core.ReplyFetch():
+                outbox.reply = effect
+            case core.LeaderAndIsrRefused():
+                outbox.refused = effect
+            case _:
+                raise InvariantViolation(f"unknown effect {effect!r}")
+
+    def _finish(self, outbox: _Outbox) -> None:
+        """Run what must not run under the lock: produce answers and ISR writes."""
+        for callback, base, failure in outbox.answers:
+            callback(base, failure)
+        if self._isr_sender is not None:
+            for proposal in outbox.proposals:
+                self._isr_sender(self, proposal)
+        if outbox.changed and self.on_changed is not None:
+            self.on_changed(self.key)
+
+    def _run(self, event, pending_batches: dict | None = None) -> _Outbox:
+        outbox = _Outbox()
         with self.changed:
-            if role.leader_epoch < self.assignment.leader_epoch:
-                raise FencedLeaderEpochError(
-                    f"{self.topic}-{self.partition}: leader epoch {role.leader_epoch} is older than "
-                    f"{self.assignment.leader_epoch}"
-                )
-            self.role = ROLE_FOLLOWER
-            self.assignment = role
-            self.followers = {}
-            self.changed.notify_all()
+            self._step_locked(event, outbox, pending_batches)
+        self._finish(outbox)
+        return outbox
 
-    # ---- leader side -------------------------------------------------------
+    # ---- role changes (from the controller) --------------------------------------------
 
-    def check_leader_epoch(self, current_leader_epoch: int) -> None:
-        """Fence a request made against another epoch (-1 means the client does not know)."""
-        if current_leader_epoch < 0:
-            return
-        mine = self.assignment.leader_epoch
-        if current_leader_epoch < mine:
-            raise FencedLeaderEpochError(
-                f"{self.topic}-{self.partition}: request epoch {current_leader_epoch} < current {mine}"
-            )
-        if current_leader_epoch > mine:
-            raise UnknownLeaderEpochError(
-                f"{self.topic}-{self.partition}: request epoch {current_leader_epoch} > known {mine}"
-            )
+    def apply_leader_and_isr(self, role: PartitionRole, now_ms: int) -> core.LeaderAndIsrRefused | None:
+        lai = LeaderAndIsr(role.leader_id, role.leader_epoch, tuple(role.isr), tuple(role.elr),
+                           role.partition_epoch)
+        kind = core.BecomeLeader if role.leader_id == self.local_broker_id else core.BecomeFollower
+        outbox = self._run(kind(lai, tuple(role.replicas), tuple(role.observers), now_ms))
+        return outbox.refused
 
-    def require_leader(self) -> None:
-        if self.role != ROLE_LEADER:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.local_broker_id} is not the leader of {self.topic}-{self.partition} "
-                f"(leader is {self.assignment.leader_id})"
-            )
+    def stop(self, now_ms: int) -> None:
+        self._run(core.StopReplica(now_ms))
 
-    def append_as_leader(self, batch: pa.RecordBatch, *, acks: int, max_message_bytes: int,
-                         now_ms: int, producer: tuple[int, int, int] = (-1, -1, -1),
-                         timestamp_type: int = 0) -> BatchHeader:
-        if batch.nbytes > max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch of {batch.nbytes} bytes exceeds max.message.bytes={max_message_bytes} "
-                f"for {self.topic}-{self.partition}"
-            )
-        with self.changed:
-            self.require_leader()
-            if acks == -1 and len(self.assignment.isr) < self.min_insync_replicas:
-                raise NotEnoughReplicasError(
-                    f"{self.topic}-{self.partition}: ISR {list(self.assignment.isr)} has fewer than "
-                    f"min.insync.replicas={self.min_insync_replicas} members"
-                )
-            producer_id, producer_epoch, base_sequence = producer
-            header = self.log.append_as_leader(
-                batch, leader_epoch=self.assignment.leader_epoch, now_ms=now_ms,
-                producer_id=producer_id, producer_epoch=producer_epoch,
-                base_sequence=base_sequence, timestamp_type=timestamp_type,
-            )
-            self._advance_high_watermark_locked()
-            self.changed.notify_all()
-            return header
+    def update_config(self, config: PartitionConfig, now_ms: int) -> None:
+        if config != self.state.config:
+            self._run(core.ConfigChanged(config, now_ms))
 
-    def _advance_high_watermark_locked(self) -> bool:
-        if self.role != ROLE_LEADER:
-            return False
-        ends = [self.log.log_end_offset]
-        for replica in self.assignment.isr:
-            if replica != self.local_broker_id:
-                ends.append(self.followers.get(replica, FollowerState()).log_end_offset)
-        candidate = min(ends)
-        if candidate > self.high_watermark:
-            self.high_watermark = candidate
-            return True
-        return False
+    def tick(self, now_ms: int) -> None:
+        self._run(core.Tick(now_ms))
 
-    def record_follower_fetch(self, replica_id: int, broker_epoch: int, fetch_offset: int, now_ms: int) -> None:
-        with self.changed:
-            state = self.followers.setdefault(replica_id, FollowerState())
-            state.log_end_offset = min(fetch_offset, self.log.log_end_offset)
-            state.broker_epoch = broker_epoch
-            state.last_fetch_ms = now_ms
-            if fetch_offset >= self.log.log_end_offset:
-                state.last_caught_up_ms = now_ms
-            if self._advance_high_watermark_locked():
-                self.changed.notify_all()
-
-    # ---- reads --------------------------------------------------------------
-
-    def read(self, fetch_offset: int, *, max_bytes: int, for_replica: bool) -> FetchResult:
-        with self.changed:
-            if for_replica:
-                end_exclusive = self.log.log_end_offset
-            else:
-                end_exclusive = self.high_watermark
-            log_start = self.log.log_start_offset
-            if fetch_offset < log_start or fetch_offset > self.log.log_end_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {fetch_offset} is outside [{log_start}, {self.log.log_end_offset}] "
-                    f"of {self.topic}-{self.partition}"
-                )
-            hw, leo, epoch = self.high_watermark, self.log.log_end_offset, self.assignment.leader_epoch
-        if fetch_offset >= end_exclusive:
-            batches: list = []
+    def on_isr_answer(self, accepted: LeaderAndIsr | None, current: LeaderAndIsr | None, now_ms: int) -> None:
+        """ZooKeeper's answer to a ``ProposeIsr``: the state as written, or the current one (None: unreachable)."""
+        if accepted is not None:
+            self._run(core.IsrUpdateAccepted(accepted, now_ms))
         else:
-            batches = self.log.read(fetch_offset, max_bytes=max_bytes, end_offset_exclusive=end_exclusive)
-        return FetchResult(batches, hw, log_start, leo, epoch)
+            self._run(core.IsrUpdateRejected(current, now_ms))
 
-    def available_end(self, for_replica: bool) -> int:
-        return self.log.log_end_offset if for_replica else self.high_watermark
+    # ---- leader side ------------------------------------------------------------------
 
-    # ---- follower side -----------------------------------------------------
-
-    def append_as_follower(self, batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
-                           leader_high_watermark: int, now_ms: int) -> None:
+    def produce(self, batch: pa.RecordBatch, *, acks: int, timeout_ms: int, max_message_bytes: int, now_ms: int,
+                producer: tuple[int, int, int], complete: ProduceCallback, timestamp_type: int = 0) -> None:
+        """Append (unless the core refuses or finds a duplicate) and call ``complete`` once ``acks`` is met."""
+        if batch.nbytes > max_message_bytes:
+            raise RecordTooLargeError(f"batch of {batch.nbytes} bytes exceeds max.message.bytes={max_message_bytes} "
+                                      f"for {self.topic}-{self.partition}")
+        outbox = _Outbox()
         with self.changed:
-            if self.role != ROLE_FOLLOWER:
+            request_id = next(self._request_ids)
+            self._waiting[request_id] = complete
+            event = core.Produce(request_id, acks, batch.num_rows, timeout_ms, now_ms, *producer)
+            self._step_locked(event, outbox, {request_id: (batch, producer, timestamp_type, now_ms)})
+            if acks == 0 and request_id in self._waiting:
+                # acks=0 has no completion in the core; the append (if any) is all it asked for.
+                del self._waiting[request_id]
+                outbox.answers.append((complete, self.state.log_end_offset - batch.num_rows, None))
+        self._finish(outbox)
+
+    def on_follower_fetch(self, replica_id: int, broker_epoch: int, current_leader_epoch: int, fetch_offset: int,
+                          last_fetched_epoch: int, now_ms: int) -> core.ReplyFetch:
+        outbox = self._run(core.FollowerFetch(replica_id, broker_epoch, current_leader_epoch, fetch_offset,
+                                              last_fetched_epoch, now_ms))
+        if outbox.reply is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: the core did not answer a follower fetch")
+        return outbox.reply
+
+    def consumer_read_bound(self, current_leader_epoch: int, fetch_offset: int, allow_follower: bool) -> int:
+        """The exclusive end a consumer may read to (the HW), or raise the error the core decided."""
+        with self.changed:
+            error, end = core.check_consumer_fetch(self.state, current_leader_epoch if current_leader_epoch >= 0
+                                                   else None, fetch_offset, allow_follower)
+        if error is not ErrorCode.NONE:
+            raise error_for(error, f"{self.topic}-{self.partition} on broker {self.local_broker_id}: "
+                                   f"{error.name} (offset {fetch_offset}, HW {self.state.high_watermark}, "
+                                   f"log start {self.state.log_start_offset}, epoch {self.state.leader_epoch})")
+        return end
+
+    def read(self, fetch_offset: int, end_offset_exclusive: int, max_bytes: int) -> list:
+        if fetch_offset >= end_offset_exclusive:
+            return []
+        return self.log.read(fetch_offset, max_bytes=max_bytes, end_offset_exclusive=end_offset_exclusive)
+
+    def check_leader(self, current_leader_epoch: int) -> None:
+        """Raise unless this replica leads in ``current_leader_epoch`` (-1: the caller does not know)."""
+        self.consumer_read_bound(current_leader_epoch, self.state.log_start_offset, allow_follower=False)
+
+    # ---- follower side ------------------------------------------------------------------
+
+    def fetch_request(self) -> core.FetchRequest | None:
+        with self.changed:
+            return core.fetch_request(self.state)
+
+    def on_fetch_response(self, request: core.FetchRequest, meta: dict, batches: Sequence, now_ms: int) -> None:
+        """The leader's answer to ``request``; batches are checked (offsets, CRC) before the core sees them."""
+        diverging = meta.get("diverging_epoch")
+        headers = tuple(header for _, header in batches)
+        if headers:
+            _check_fetched(self.topic, self.partition, request.fetch_offset, batches)
+        event = core.FetchResponse(
+            leader_epoch=int(meta.get("leader_epoch", request.current_leader_epoch)),
+            fetch_offset=request.fetch_offset, error=ErrorCode(int(meta.get("error_code", 0))),
+            high_watermark=int(meta.get("high_watermark", 0)),
+            log_start_offset=int(meta.get("log_start_offset", 0)), batches=headers,
+            diverging_epoch=(int(diverging["epoch"]), int(diverging["end_offset"])) if diverging else None,
+            now_ms=now_ms)
+        self._run(event, {"fetched": list(batches), "now_ms": now_ms})
+
+    # ---- housekeeping -------------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int) -> None:
+        with self.changed:
+            self.log.apply_retention(now_ms, max_deletable_offset_exclusive=self.state.high_watermark)
+            if self.log.log_start_offset <= self.state.log_start_offset:
                 return
-            if batches:
-                first = batches[0][1]
-                if first.base_offset != self.log.log_end_offset:
-                    raise InvariantViolation(
-                        f"{self.topic}-{self.partition}: follower got base offset {first.base_offset}, "
-                        f"log end is {self.log.log_end_offset}"
-                    )
-                self.log.append_as_follower(batches, now_ms=now_ms)
-                for _, header in batches:
-                    self.epochs.assign(header.leader_epoch, header.base_offset)
-            new_hw = min(leader_high_watermark, self.log.log_end_offset)
-            if new_hw > self.high_watermark:
-                self.high_watermark = new_hw
-            self.changed.notify_all()
+            outbox = _Outbox()
+            self._step_locked(core.LogStartAdvanced(self.log.log_start_offset, now_ms), outbox)
+        self._finish(outbox)
 
-    def truncate_to(self, end_offset_exclusive: int) -> None:
-        with self.changed:
-            if end_offset_exclusive < self.log.log_end_offset:
-                self.log.truncate_to(end_offset_exclusive)
-                self.epochs.truncate_from_end(end_offset_exclusive)
-            self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-            self.changed.notify_all()
+
+def _rebuild_producers(partition_log) -> dedupe.ProducerTable:
+    """Producer dedupe state from the batch headers on disk (cost grows with the log; see docs/DESIGN.md)."""
+    return dedupe.rebuild(header for _, header in partition_log.batches())
+
+
+def _check_fetched(topic: str, number: int, fetch_offset: int, batches: Sequence) -> None:
+    expected = fetch_offset
+    for batch, header in batches:
+        if header.base_offset != expected:
+            raise CorruptMessageError(f"{topic}-{number}: fetched batch at {header.base_offset}, expected {expected}")
+        verify(batch, header)
+        expected = header.next_offset

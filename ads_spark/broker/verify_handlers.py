@@ -28,7 +28,7 @@ class VerifyHandlers:
             with partition.changed:
                 high_watermark = partition.high_watermark
                 start = partition.log.log_start_offset
-                role = partition.role
+                role = partition.state.role.value
             batches = []
             for _batch, header in partition.log.batches(start):
                 if header.base_offset >= high_watermark or len(batches) >= BATCHES_REPORTED_MAX:

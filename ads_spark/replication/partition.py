@@ -127,8 +127,24 @@ class IsrUpdateRejected:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class LogStartAdvanced:
+    """Retention (or a delete-records request) removed every offset below ``log_start_offset``."""
+
+    log_start_offset: int  # never past the HW: only committed records are deleted
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChanged:
+    """A topic config change (min.insync.replicas, unclean election, ...) applied without restart."""
+
+    config: PartitionConfig
+    now_ms: int
+
+
 Event = Union[BecomeLeader, BecomeFollower, StopReplica, Produce, FollowerFetch, FetchResponse, Tick,
-              IsrUpdateAccepted, IsrUpdateRejected]
+              IsrUpdateAccepted, IsrUpdateRejected, LogStartAdvanced, ConfigChanged]
 
 # --------------------------------------------------------------- effects
 
@@ -253,6 +269,11 @@ def step(state: PartitionState, event: Event) -> tuple[PartitionState, list[Effe
             new, effects = _on_isr_accepted(state, event)
         case IsrUpdateRejected():
             new, effects = _on_isr_rejected(state, event)
+        case LogStartAdvanced():
+            new, effects = _on_log_start_advanced(state, event)
+        case ConfigChanged():
+            # A lower min ISR may complete waiting produces; a higher one may fail them.
+            new, effects = _settle(state, replace(state, config=event.config), event.now_ms)
         case _:
             raise InvariantViolation(f"unknown event {event!r}")
     check_invariants(new)
@@ -380,7 +401,21 @@ def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
     return new, effects + more + [reply(ErrorCode.NONE, new)]
 
 
+def _on_log_start_advanced(state: PartitionState, event: LogStartAdvanced):
+    start = event.log_start_offset
+    if start <= state.log_start_offset:
+        return state, []
+    if start > state.high_watermark:
+        raise InvariantViolation(f"log start {start} would pass the HW {state.high_watermark}: uncommitted data deleted")
+    new = replace(state, log_start_offset=start, epochs=epochs.truncate_from_start(state.epochs, start))
+    return new, [EpochCacheChanged(tuple(new.epochs.as_pairs()))] if new.epochs != state.epochs else []
+
+
 def _on_fetch_response(state: PartitionState, event: FetchResponse):
+    if (state.role is Role.FOLLOWER and event.leader_epoch == state.leader_epoch
+            and event.error is ErrorCode.OFFSET_OUT_OF_RANGE and event.log_start_offset > state.log_end_offset):
+        # Everything this follower has is older than the leader's log start (retention ran): start over there.
+        event = replace(event, error=ErrorCode.NONE, fetch_offset=state.log_end_offset, batches=())
     if (state.role is not Role.FOLLOWER or event.leader_epoch != state.leader_epoch
             or event.fetch_offset != state.log_end_offset or event.error is not ErrorCode.NONE):
         # Stale, or an error the fetcher handles by backing off and refreshing metadata.

@@ -160,6 +160,14 @@ class LeaderEpochFile:
                 self._entries = kept
                 self._persist()
 
+    def replace_all(self, pairs) -> None:
+        """Make the cache exactly ``pairs`` (the replication core's cache after a step); persist if it changed."""
+        entries = [(int(e), int(s)) for e, s in pairs]
+        with self._lock:
+            if entries != self._entries:
+                self._entries = entries
+                self._persist()
+
     def clear(self) -> None:
         with self._lock:
             self._entries = []
