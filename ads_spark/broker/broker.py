@@ -33,6 +33,7 @@ from ads_spark.replication.state import PartitionConfig
 log = logging.getLogger("ads.broker")
 
 PERIODIC_TICK_MS = 100
+SERVER_SHUTDOWN_WAIT_S = 2.0
 
 
 def log_config_for(effective: dict[str, Any]) -> LogConfig:
@@ -73,7 +74,9 @@ class Broker:
     # ---- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        threading.Thread(target=self.server.serve, name="flight-server", daemon=True).start()
+        # The Flight server already listens (since its constructor). Its serve() is not called on
+        # purpose: it installs C-level SIGINT/SIGTERM handlers that shut the server down behind our
+        # back and keep the Python handler (the controlled shutdown) from ever running.
         self.isr_writer.start()
         self._periodic.start()
         self.metrics.serve(self.config["metrics.port"])
@@ -100,8 +103,22 @@ class Broker:
         self.replica_manager.shutdown()
         self._checkpoint()
         self.logs.close()
-        self.server.shutdown()
+        self._shutdown_server()
         self.metrics.close()
+
+    def _shutdown_server(self) -> None:
+        """Stop the Flight server, waiting at most SERVER_SHUTDOWN_WAIT_S for open streams.
+
+        Flight's shutdown waits for every RPC in progress, and a client may hold a
+        produce stream open for its whole life (a cached producer in a Spark worker);
+        the logs are already closed and checkpointed, so past the bound we just exit.
+        """
+        stopper = threading.Thread(target=self.server.shutdown, name="flight-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(SERVER_SHUTDOWN_WAIT_S)
+        if stopper.is_alive():
+            log.info("clients still hold streams open after %ss; exiting without waiting for them",
+                     SERVER_SHUTDOWN_WAIT_S)
 
     def wait(self) -> None:
         self._stopping.wait()

@@ -7,7 +7,9 @@ for.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -49,6 +51,8 @@ def start_broker(args) -> int:
     def on_signal(signum, _frame):
         stop_requested.set()
 
+    # `kill -USR1 <pid>` writes every thread's stack to the broker log: how to see where a broker is stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     broker.start()
@@ -62,4 +66,7 @@ def start_broker(args) -> int:
             broker.stop(controlled=False)
             return 1
     broker.stop(controlled=True)
-    return 0
+    # Logs are closed and checkpointed; do not let a Flight stream a client still holds open
+    # keep the process alive in interpreter finalisation.
+    logging.shutdown()
+    os._exit(0)
