@@ -44,7 +44,12 @@ class AdminHandlers:
             wire.ACTION_DELETE_TOPICS: self.handle_delete_topics,
             wire.ACTION_DESCRIBE_CONFIGS: self.handle_describe_configs,
             wire.ACTION_ALTER_CONFIGS: self.handle_alter_configs,
+            wire.ACTION_INIT_PRODUCER_ID: self.handle_init_producer_id,
         }
+
+    def handle_init_producer_id(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A new idempotent producer id (epoch 0) from this broker's ZooKeeper-allocated block."""
+        return {"error_code": 0, "producer_id": self._membership().next_producer_id(), "producer_epoch": 0}
 
     def _membership(self):
         if self.broker.zk is None:

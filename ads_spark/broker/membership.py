@@ -11,6 +11,7 @@ broker re-registers with a new epoch when the session comes back.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from dataclasses import replace
@@ -32,6 +33,9 @@ class ZkMembership:
                            session_timeout_ms=broker.config["zookeeper.session.timeout.ms"])
         self.controller = Controller(broker, self.zk)
         self.broker_epoch = -1
+        self._producer_ids_lock = threading.Lock()
+        self._producer_ids = None  # the current ProducerIdBlock
+        self._next_producer_id = 0
 
     def start(self) -> int:
         self.zk.connect()
@@ -104,6 +108,16 @@ class ZkMembership:
         state = current.state
         return None, LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
                                   current.zk_version, state.controller_epoch)
+
+    def next_producer_id(self) -> int:
+        """Ids come in blocks claimed by conditional writes in ZooKeeper, so no two brokers hand out the same one."""
+        with self._producer_ids_lock:
+            if self._producer_ids is None or self._next_producer_id > self._producer_ids.block_end_inclusive:
+                self._producer_ids = self.zk.allocate_producer_id_block(self.broker.broker_id)
+                self._next_producer_id = self._producer_ids.block_start
+            producer_id = self._next_producer_id
+            self._next_producer_id += 1
+            return producer_id
 
     def describe(self) -> dict[str, Any]:
         return {"broker_epoch": self.broker_epoch, "controller": self.controller.active}

@@ -27,7 +27,9 @@ import pyarrow as pa
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
 from ads_spark.client.producer_channel import BrokerChannel
-from ads_spark.errors import AdsError, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for
+from ads_spark.errors import (
+    AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
+)
 from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, conform_produce_batch, now_ms
 
 log = logging.getLogger("ads.client.producer")
@@ -57,6 +59,8 @@ class ProducerBatch:
     deadline_ms: int = 0
     attempts: int = 0
     retry_not_before_ms: int = 0
+    base_sequence: int = -1  # idempotence: fixed when the batch is queued, the same on every retry
+    last_error: AdsError | None = None  # the last retriable error, reported if the deadline passes
 
     def complete(self, base_offset: int | None, error: AdsError | None) -> None:
         if self.arrow_future is not None:
@@ -103,6 +107,17 @@ class Producer:
         self.request_timeout_ms = int(self.config.get("request.timeout.ms", 30_000))
         self.max_in_flight = int(self.config.get("max.in.flight.requests.per.connection", 5))
         self.retry_backoff_ms = int(self.config.get("retry.backoff.ms", 100))
+        # Kafka's default: idempotent unless the user asked for acks other than all (which it requires).
+        idempotence = self.config.get("enable.idempotence")
+        if idempotence is None:
+            self.idempotent = self.acks == -1
+        else:
+            self.idempotent = str(idempotence).strip().lower() == "true"
+            if self.idempotent and self.acks != -1:
+                raise InvalidRequestError("enable.idempotence=true requires acks=all")
+        self._producer_id = -1  # asked of a broker (from a ZooKeeper-allocated block) before the first send
+        self._producer_epoch = -1
+        self._next_sequence: dict[tuple[str, int], int] = {}
         self._lock = threading.Condition()
         self._open: dict[tuple[str, int], _OpenBatch] = {}
         self._ready: dict[tuple[str, int], deque[ProducerBatch]] = {}
@@ -158,7 +173,7 @@ class Producer:
                              created_ms=now_ms(), deadline_ms=now_ms() + self.delivery_timeout_ms)
         with self._lock:
             self._undelivered += conformed.num_rows
-            self._ready.setdefault((topic, number), deque()).append(item)
+            self._enqueue_locked(item)
             self._lock.notify_all()
         return future
 
@@ -232,7 +247,21 @@ class Producer:
                              callbacks=open_batch.callbacks, timestamps_ms=open_batch.timestamps_ms,
                              record_count=batch.num_rows, created_ms=open_batch.created_ms,
                              deadline_ms=open_batch.created_ms + self.delivery_timeout_ms)
+        self._enqueue_locked(item)
+
+    def _enqueue_locked(self, item: ProducerBatch) -> None:
+        key = (item.topic, item.partition)
+        if self.idempotent:
+            item.base_sequence = self._next_sequence.get(key, 0)
+            self._next_sequence[key] = item.base_sequence + item.record_count
         self._ready.setdefault(key, deque()).append(item)
+
+    def _ensure_producer_id(self) -> None:
+        if not self.idempotent or self._producer_id >= 0:
+            return
+        answer = self._connections.call_any(wire.ACTION_INIT_PRODUCER_ID, {}, self.request_timeout_ms)
+        self._producer_epoch = int(answer["producer_epoch"])
+        self._producer_id = int(answer["producer_id"])
 
     def _run_sender(self) -> None:
         while True:
@@ -259,8 +288,7 @@ class Producer:
                     break
                 queue.popleft()
                 if head.deadline_ms <= now:
-                    self._finish_locked(head, None, RequestTimedOutError(
-                        f"{key[0]}-{key[1]}: not delivered within delivery.timeout.ms={self.delivery_timeout_ms}"))
+                    self._finish_locked(head, None, _expired(head, key, self.delivery_timeout_ms))
                     continue
                 self._in_flight[key] = self._in_flight.get(key, 0) + 1
                 taken.append(head)
@@ -269,10 +297,13 @@ class Producer:
     def _send(self, item: ProducerBatch) -> None:
         item.attempts += 1
         try:
+            self._ensure_producer_id()
             meta, _ = self._connections.leader_of(item.topic, item.partition)
             channel = self._channel_for(meta.leader)
             channel.send(item, {"topic": item.topic, "partition": item.partition, "acks": self.acks,
-                                "timeout_ms": self.request_timeout_ms}, self._on_response)
+                                "timeout_ms": self.request_timeout_ms, "producer_id": self._producer_id,
+                                "producer_epoch": self._producer_epoch, "base_sequence": item.base_sequence},
+                         self._on_response)
         except Exception as exc:
             self._on_response(item, None, wire.to_ads_error(exc))
 
@@ -289,7 +320,8 @@ class Producer:
         with self._lock:
             key = (item.topic, item.partition)
             self._in_flight[key] = max(0, self._in_flight.get(key, 0) - 1)
-            if error is not None and error.retriable and not self._closed and now_ms() < item.deadline_ms:
+            if error is not None and self._may_retry(error) and not self._closed and now_ms() < item.deadline_ms:
+                item.last_error = error
                 self._connections.mark_stale()
                 item.retry_not_before_ms = now_ms() + min(1000, self.retry_backoff_ms * item.attempts)
                 self._ready.setdefault(key, deque()).appendleft(item)
@@ -298,6 +330,11 @@ class Producer:
                     error = wire.to_ads_error(error)
                 self._finish_locked(item, base_offset, error)
             self._lock.notify_all()
+
+    def _may_retry(self, error: AdsError) -> bool:
+        # An idempotent batch refused as out of order waits for an earlier batch's retry to land
+        # first; the broker's sequence check keeps the log in order and free of duplicates.
+        return error.retriable or (self.idempotent and error.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
     def _finish_locked(self, item: ProducerBatch, base_offset: int | None, error: AdsError | None) -> None:
         self._undelivered -= item.record_count
@@ -311,6 +348,14 @@ class Producer:
                 while queue:
                     self._finish_locked(queue.popleft(), None, error)
             self._lock.notify_all()
+
+
+def _expired(item: ProducerBatch, key: tuple[str, int], delivery_timeout_ms: int) -> AdsError:
+    """The error of a batch whose delivery timeout passed: the last broker error if there was one."""
+    message = f"{key[0]}-{key[1]}: not delivered within delivery.timeout.ms={delivery_timeout_ms}"
+    if item.last_error is None:
+        return RequestTimedOutError(message)
+    return error_for(item.last_error.code, f"{message}; last error: {item.last_error.message or item.last_error}")
 
 
 def _to_bytes(value) -> bytes | None:

@@ -169,3 +169,44 @@ def test_sigkill_mid_write_recovers_every_acknowledged_record(fresh_cluster, top
             time.sleep(0.5)
     missing = [v for v in acknowledged if v not in values]
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
+
+
+def _send_raw(cluster, topic: str, values: list[bytes], producer_id: int, base_sequence: int, acks: str = "all"):
+    """One produce batch on the wire with explicit idempotence fields; returns the broker's answer."""
+    from concurrent.futures import Future
+
+    from ads_spark.client.connection import Connections
+    from ads_spark.client.producer_channel import BrokerChannel
+    from ads_spark.records import conform_produce_batch
+
+    connections = Connections({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        meta, address = connections.leader_of(topic, 0)
+        channel = BrokerChannel(connections.client_for(address.host, address.port), meta.leader, 30_000)
+        answer: Future = Future()
+        batch = conform_produce_batch(pa.record_batch({"value": pa.array(values, pa.binary())}))
+        item = type("Item", (), {"batch": batch})()
+        channel.send(item, {"topic": topic, "partition": 0, "acks": acks, "timeout_ms": 10_000,
+                             "producer_id": producer_id, "producer_epoch": 0, "base_sequence": base_sequence},
+                     lambda _item, base, error: answer.set_result((base, error)))
+        result = answer.result(timeout=30)
+        channel.close()
+        return result
+    finally:
+        connections.close()
+
+
+def test_idempotent_resend_gets_its_first_offset_and_gaps_are_refused(cluster, topic_name):
+    config = {"bootstrap.servers": cluster.bootstrap_servers}
+    Admin(config).create_topic(topic_name, 1, 3, config={"min.insync.replicas": "2"})
+    producer_id = Admin(config)._connections.call_any(wire.ACTION_INIT_PRODUCER_ID, {})["producer_id"]
+    assert _send_raw(cluster, topic_name, [b"a", b"b"], producer_id, 0) == (0, None)
+    assert _send_raw(cluster, topic_name, [b"c"], producer_id, 2) == (2, None)
+    # The same batch again (a retry after a lost answer): its original offset, nothing appended.
+    assert _send_raw(cluster, topic_name, [b"a", b"b"], producer_id, 0) == (0, None)
+    base, error = _send_raw(cluster, topic_name, [b"z"], producer_id, 7)  # sequences 3..6 never sent
+    assert base is None and error.code.name == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    consumer = Consumer(config)
+    values = consumer.fetch_arrow(TopicPartition(topic_name, 0), 0, 3).column("value").to_pylist()
+    assert values == [b"a", b"b", b"c"]
+    assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0)) == (0, 3)

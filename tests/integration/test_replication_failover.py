@@ -1,0 +1,142 @@
+"""Replication with real processes: leader failover under acks=all, min ISR, re-sync and verification.
+
+Three brokers, RF=3, min.insync.replicas=2, a producer sending unique values
+with acks=all throughout. SIGKILL the leader: a new leader comes from the ISR
+and every acknowledged value stays readable. SIGKILL a second broker: the ISR
+falls below the minimum, acks=all writes fail with NOT_ENOUGH_REPLICAS while
+committed records stay readable. Restart both: they re-sync, the ISR is whole
+again and ``ads verify-replicas`` finds the replicas identical below the HW.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ads_spark.client import Admin, Consumer, Producer, TopicPartition
+from ads_spark.errors import AdsError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 60
+
+
+def wait_until(predicate, timeout_s: float = WAIT_S, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+class AckedWriter:
+    """Sends unique values with acks=all until stopped; remembers which were acknowledged, and when."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                                  "delivery.timeout.ms": 60_000, "request.timeout.ms": 5_000})
+        self.topic = topic
+        self.acked: dict[bytes, int] = {}
+        self.ack_times: list[float] = []
+        self.errors: list[AdsError] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._next = 0
+
+    def start(self) -> "AckedWriter":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = f"v-{self._next}".encode()
+            self._next += 1
+            future = self.producer.produce(self.topic, value=value, partition=0)
+            future.add_done_callback(lambda f, v=value: self._done(f, v))
+            if self._next % 50 == 0:
+                self.producer.flush(70)
+
+    def _done(self, future, value: bytes) -> None:
+        if future.exception() is None:
+            self.acked[value] = future.result().offset
+            self.ack_times.append(time.monotonic())
+        else:
+            self.errors.append(future.exception())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(90)
+        self.producer.flush(70)
+        self.producer.close()
+
+
+def leader_of(admin: Admin, topic: str) -> tuple[int, list[int]]:
+    partition = admin.describe_topics([topic])[0].partitions[0]
+    return partition.leader, list(partition.isr)
+
+
+def read_all(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    try:
+        tp = TopicPartition(topic, 0)
+        start, high_watermark = consumer.get_watermark_offsets(tp)
+        return consumer.fetch_arrow(tp, start, high_watermark).column("value").to_pylist()
+    finally:
+        consumer.close()
+
+
+def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_property):
+    cluster = fresh_cluster(3)
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 3, what="a full ISR")
+    writer = AckedWriter(cluster.bootstrap_servers, topic_name).start()
+    try:
+        wait_until(lambda: len(writer.acked) >= 300, what="300 acknowledged writes")
+        old_leader, _ = leader_of(admin, topic_name)
+        killed_at = time.monotonic()
+        cluster.kill_broker(old_leader)
+        new_leader = wait_until(lambda: (lambda l: l if l not in (old_leader, -1) else None)(
+            leader_of(admin, topic_name)[0]), what="a new leader")
+        first_ack_after = wait_until(lambda: next((t for t in writer.ack_times if t > killed_at), None),
+                                     what="the first acks=all write after the kill")
+        failover_s = first_ack_after - killed_at
+        record_property("failover_s", round(failover_s, 2))
+        print(f"failover: leader {old_leader} killed, {new_leader} leads, first acks=all write after "
+              f"{failover_s:.2f}s")
+        acked_before = len(writer.acked)
+        wait_until(lambda: len(writer.acked) >= acked_before + 300, what="300 more acknowledged writes")
+    finally:
+        writer.stop()
+
+    # A second failure: the ISR falls below min.insync.replicas; writes are refused, reads go on.
+    follower = next(b for b in leader_of(admin, topic_name)[1] if b != new_leader)
+    cluster.kill_broker(follower)
+    wait_until(lambda: leader_of(admin, topic_name)[1] == [new_leader], what="the ISR to shrink to the leader")
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                   "delivery.timeout.ms": 3_000, "request.timeout.ms": 2_000}) as refused:
+        future = refused.produce(topic_name, value=b"refused", partition=0)
+        refused.flush(10)
+        assert isinstance(future.exception(), (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError))
+    values = read_all(cluster.bootstrap_servers, topic_name)
+    lost = [v for v in writer.acked if v not in set(values)]
+    assert not lost, f"{len(lost)} acknowledged values lost, e.g. {lost[:5]}"
+    assert len(values) == len(set(values)), "a value was stored twice"
+    assert b"refused" not in values
+
+    # Both come back, re-sync, and rejoin the ISR; every replica agrees below the HW.
+    cluster.start_broker(old_leader)
+    cluster.start_broker(follower)
+    wait_until(lambda: sorted(leader_of(admin, topic_name)[1]) == [1, 2, 3], what="the ISR to grow back to 3")
+    verify = subprocess.run([sys.executable, "-m", "ads_spark.cli.main", "verify-replicas", "--bootstrap-server",
+                             cluster.bootstrap_servers, "--topic", topic_name],
+                            capture_output=True, text=True, timeout=60)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "identical" in verify.stdout
+    admin.close()
