@@ -223,6 +223,8 @@ class Broker:
             self.logs.checkpoint_high_watermarks(
                 {p.key: p.high_watermark for p in self.replica_manager.partitions()})
             self.logs.checkpoint_recovery_points()
+            for partition in self.replica_manager.partitions():
+                partition.write_producer_snapshot()
         except Exception:
             log.exception("checkpoint failed")
 

@@ -20,13 +20,16 @@ Invariants (the core checks its own after every step; these are the shell's):
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import pyarrow as pa
 
+from ads_spark.broker.log.checkpoints import write_atomically
 from ads_spark.errors import CorruptMessageError, ErrorCode, InvariantViolation, RecordTooLargeError, error_for
 from ads_spark.records import BatchHeader, verify
 from ads_spark.replication import dedupe
@@ -93,8 +96,9 @@ class Partition:
         self.state = core.initial_state(
             topic, partition, local_broker_id, config, log_start_offset=partition_log.log_start_offset,
             log_end_offset=partition_log.log_end_offset, high_watermark_checkpoint=high_watermark_checkpoint,
-            epoch_pairs=tuple(epochs_file.entries), producers=_rebuild_producers(partition_log),
+            epoch_pairs=tuple(epochs_file.entries), producers=_load_producers(partition_log),
         )
+        self._snapshot_offset = -1  # LEO of the last producer-state snapshot written
 
     # ---- read-only views -------------------------------------------------------------
 
@@ -295,6 +299,16 @@ class Partition:
 
     # ---- housekeeping -------------------------------------------------------------------
 
+    def write_producer_snapshot(self) -> None:
+        """Persist the producer table as of the current LEO, so a restart replays only what follows."""
+        with self.changed:
+            offset, table = self.state.log_end_offset, self.state.producers
+        if offset == self._snapshot_offset or not table.entries:
+            return
+        text = json.dumps({"version": 1, "offset": offset, "producers": dedupe.to_plain(table)})
+        write_atomically(Path(self.log.directory) / PRODUCER_SNAPSHOT, text)
+        self._snapshot_offset = offset
+
     def apply_retention(self, now_ms: int) -> None:
         with self.changed:
             self.log.apply_retention(now_ms, max_deletable_offset_exclusive=self.state.high_watermark)
@@ -305,9 +319,31 @@ class Partition:
         self._finish(outbox)
 
 
-def _rebuild_producers(partition_log) -> dedupe.ProducerTable:
-    """Producer dedupe state from the batch headers on disk (cost grows with the log; see docs/DESIGN.md)."""
-    return dedupe.rebuild(header for _, header in partition_log.batches())
+PRODUCER_SNAPSHOT = "producer-state.snapshot"
+
+
+def _load_producers(partition_log) -> dedupe.ProducerTable:
+    """Producer dedupe state: the snapshot plus the batches after it, or (no usable snapshot) the whole log.
+
+    A snapshot is usable when its offset lies within the recovered log; recovery
+    may have cut the log below it (a torn tail), and then the batches it
+    describes are partly gone, so the table is rebuilt from the log instead.
+    """
+    path = Path(partition_log.directory) / PRODUCER_SNAPSHOT
+    try:
+        snapshot = json.loads(path.read_text())
+        offset = int(snapshot["offset"])
+        table = dedupe.from_plain(snapshot["producers"])
+    except FileNotFoundError:
+        offset, table = None, None
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("%s: unreadable producer-state snapshot (%s); rebuilding from the log", path, exc)
+        offset, table = None, None
+    if table is None or not partition_log.log_start_offset <= offset <= partition_log.log_end_offset:
+        return dedupe.rebuild(header for _, header in partition_log.batches())
+    for _, header in partition_log.batches(offset):
+        table = dedupe.record_append(table, header)
+    return table
 
 
 def _check_fetched(topic: str, number: int, fetch_offset: int, batches: Sequence) -> None:

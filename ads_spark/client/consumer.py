@@ -169,7 +169,7 @@ class Consumer:
         for attempt in range(FETCH_RETRIES_MAX):
             try:
                 return self._fetch_once(tp, start_offset_inclusive, max_bytes or self.partition_fetch_max_bytes,
-                                        max_wait_ms)
+                                        max_wait_ms, prefer_rack=attempt == 0)
             except AdsError as exc:
                 if not exc.retriable:
                     raise
@@ -178,8 +178,24 @@ class Consumer:
                 backoff_sleep(attempt, self._connections.retry_backoff_ms)
         raise last_error or RequestTimedOutError("fetch failed")
 
-    def _fetch_once(self, tp: TopicPartition, start: int, max_bytes: int, max_wait_ms: int) -> FetchedChunk:
+    def _same_rack_replica(self, meta) -> Any:
+        """KIP-392: an in-sync replica on this consumer's rack (it serves up to its own HW), else None."""
+        if not self.client_rack:
+            return None
+        for replica in meta.isr:
+            try:
+                address = self._connections.broker(replica)
+            except AdsError:
+                continue
+            if address.rack == self.client_rack:
+                return address
+        return None
+
+    def _fetch_once(self, tp: TopicPartition, start: int, max_bytes: int, max_wait_ms: int,
+                    prefer_rack: bool = True) -> FetchedChunk:
         meta, broker = self._connections.leader_of(tp.topic, tp.partition)
+        # A retry after a failed same-rack read goes to the leader, which can always answer.
+        broker = (self._same_rack_replica(meta) if prefer_rack else None) or broker
         request = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
                    "max_bytes": max_bytes, "client_rack": self.client_rack,
                    "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": start,

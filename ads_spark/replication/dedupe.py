@@ -16,6 +16,7 @@ from typing import Iterable, Mapping, Union
 BATCHES_KEPT_PER_PRODUCER = 5  # Kafka's max.in.flight.requests.per.connection bound for idempotence
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
+UNKNOWN_OFFSET = -1  # a Duplicate whose original offsets are no longer known
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,11 @@ def check(table: ProducerTable, producer_id: int, producer_epoch: int, base_sequ
     for batch in entry.batches:
         if batch.first_sequence == base_sequence and batch.last_sequence == last_sequence:
             return Duplicate(batch.first_offset, batch.last_offset)
+    if entry.batches and last_sequence < entry.batches[0].first_sequence:
+        # Older than every batch kept (Kafka's DUPLICATE_SEQUENCE_NUMBER): it was written before the
+        # oldest kept batch, so it is committed once that one's predecessor is. Its own offsets are gone.
+        before_kept = entry.batches[0].first_offset - 1
+        return Duplicate(UNKNOWN_OFFSET, before_kept)
     expected = entry.last_sequence + 1
     if base_sequence == expected:
         return Append()
@@ -144,3 +150,22 @@ def rebuild(batches: Iterable[object]) -> ProducerTable:
     for batch in batches:
         table = record_append(table, batch)
     return table
+
+
+def to_plain(table: ProducerTable) -> dict:
+    """A JSON-ready form of the table (for the producer-state snapshot the broker writes)."""
+    return {str(pid): {"epoch": entry.producer_epoch,
+                       "batches": [[b.first_sequence, b.last_sequence, b.first_offset, b.last_offset, b.leader_epoch]
+                                   for b in entry.batches]}
+            for pid, entry in sorted(table.entries.items())}
+
+
+def from_plain(value: Mapping) -> ProducerTable:
+    """Inverse of ``to_plain``; raises ValueError/KeyError/TypeError on a malformed value."""
+    entries = {}
+    for pid, entry in value.items():
+        batches = tuple(BatchMetadata(*(int(x) for x in b)) for b in entry["batches"])
+        if len(batches) > BATCHES_KEPT_PER_PRODUCER:
+            raise ValueError(f"producer {pid} has {len(batches)} batches, more than {BATCHES_KEPT_PER_PRODUCER}")
+        entries[int(pid)] = ProducerEntry(int(entry["epoch"]), batches)
+    return ProducerTable(entries)

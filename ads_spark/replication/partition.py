@@ -551,6 +551,9 @@ def check_consumer_fetch(state: PartitionState, current_leader_epoch: int | None
             return ErrorCode.FENCED_LEADER_EPOCH, -1
         if current_leader_epoch > state.leader_epoch:
             return ErrorCode.UNKNOWN_LEADER_EPOCH, -1
+    if state.role is Role.FOLLOWER and state.high_watermark < fetch_offset <= state.log_end_offset:
+        # A follower whose HW lags the leader's: committed there, not yet known here. Retriable.
+        return ErrorCode.OFFSET_NOT_AVAILABLE, -1
     if fetch_offset < state.log_start_offset or fetch_offset > state.high_watermark:
         return ErrorCode.OFFSET_OUT_OF_RANGE, -1
     return ErrorCode.NONE, state.high_watermark
