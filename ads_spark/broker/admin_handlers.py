@@ -45,7 +45,15 @@ class AdminHandlers:
             wire.ACTION_DESCRIBE_CONFIGS: self.handle_describe_configs,
             wire.ACTION_ALTER_CONFIGS: self.handle_alter_configs,
             wire.ACTION_INIT_PRODUCER_ID: self.handle_init_producer_id,
+            wire.ACTION_CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
         }
+
+    def handle_controlled_shutdown(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Another broker (or this one) is stopping: the controller moves its leadership away."""
+        broker_id = wire.require(body, "broker_id", int, "controlled_shutdown")
+        broker_epoch = wire.require(body, "broker_epoch", int, "controlled_shutdown")
+        force = bool(body.get("force", False))
+        return self._membership().controller.request_controlled_shutdown(broker_id, broker_epoch, force, 10.0)
 
     def handle_init_producer_id(self, body: dict[str, Any]) -> dict[str, Any]:
         """A new idempotent producer id (epoch 0) from this broker's ZooKeeper-allocated block."""

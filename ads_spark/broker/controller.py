@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import replace
 from typing import Any, Callable
 
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
+from ads_spark.errors import ErrorCode
 from ads_spark.replication.assignment import assign_replicas
 from ads_spark.replication import election
 from ads_spark.replication.election import Decision, PartitionView
@@ -321,6 +323,39 @@ class Controller:
 
     def offline_partition_count(self) -> int:
         return sum(1 for view in list(self.states.values()) if view.state.leader < 0)
+
+    # ---- controlled shutdown ----------------------------------------------------------
+
+    def request_controlled_shutdown(self, broker_id: int, broker_epoch: int, force: bool,
+                                    timeout_s: float) -> dict[str, Any]:
+        """From a request thread: run the shutdown decision on the controller thread and wait for it."""
+        if not self.active:
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "message": f"broker {self.broker_id} is not "
+                    "the controller"}
+        done: Future = Future()
+        self.enqueue("controlled-shutdown",
+                     lambda: done.set_result(self._controlled_shutdown(broker_id, broker_epoch, force)))
+        try:
+            return done.result(timeout=timeout_s)
+        except FutureTimeout:
+            return {"error_code": int(ErrorCode.REQUEST_TIMED_OUT), "message": "controller busy"}
+
+    def _controlled_shutdown(self, broker_id: int, broker_epoch: int, force: bool) -> dict[str, Any]:
+        """Move leadership off ``broker_id`` and take it out of ISRs, never below min ISR unless forced."""
+        live = self.live.get(broker_id)
+        if live is None or int(live.get("broker_epoch", -1)) != broker_epoch:
+            return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH),
+                    "message": f"broker {broker_id} epoch {broker_epoch} is not the registered incarnation"}
+        views = [v for v in self.states.values() if broker_id in v.replicas]
+        plan = election.controlled_shutdown(views, broker_id, frozenset(self.live), self.epoch, force=force)
+        self._apply_decisions(list(plan.decisions))
+        self._push_metadata_everywhere()
+        still_led = sorted((k[0], k[1]) for k, v in self.states.items() if v.state.leader == broker_id)
+        if plan.refused:
+            log.warning("controller: controlled shutdown of %s refused for %s (min.insync.replicas)", broker_id,
+                        [f"{t}-{p}" for t, p in plan.refused])
+        return {"error_code": 0, "partitions_remaining": [{"topic": t, "partition": p} for t, p in still_led],
+                "refused": [{"topic": t, "partition": p} for t, p in plan.refused]}
 
     # ---- requests from admin handlers ------------------------------------------------
 

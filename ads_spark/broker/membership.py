@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from dataclasses import replace
 
 from ads_spark.broker.controller import Controller
+from ads_spark.client import wire
+from ads_spark.client.connection import Connections
 from ads_spark.broker.zk_model import PartitionStateZnode
 from ads_spark.replication.state import LeaderAndIsr
 from ads_spark.broker.zk import ZkClient
-from ads_spark.errors import InvalidReplicaAssignmentError, UnknownTopicOrPartitionError
+from ads_spark.errors import ErrorCode, InvalidReplicaAssignmentError, UnknownTopicOrPartitionError, error_for
 
 log = logging.getLogger("ads.broker.membership")
+
+CONTROLLER_REQUEST_TIMEOUT_S = 15.0
 
 
 class ZkMembership:
@@ -54,10 +59,52 @@ class ZkMembership:
         self.controller.stop()
         self.zk.close()
 
-    def controlled_shutdown(self) -> None:
-        # Leadership moves with the controlled-shutdown work of the controller issue; until then the
-        # session loss on stop triggers a normal failover.
-        return None
+    def controlled_shutdown(self) -> list[tuple[str, int]]:
+        """Ask the controller to move leadership away; returns the partitions this broker still leads.
+
+        Bounded: ``controlled.shutdown.max.retries`` attempts with
+        ``controlled.shutdown.retry.backoff.ms`` between them; a partition the
+        controller refuses to move (it would go below min.insync.replicas) stays
+        led here and fails over when the session ends, as after a crash.
+        """
+        config = self.broker.config
+        remaining: list[tuple[str, int]] = []
+        for attempt in range(config["controlled.shutdown.max.retries"] + 1):
+            try:
+                answer = self._ask_controller(wire.ACTION_CONTROLLED_SHUTDOWN, {
+                    "broker_id": self.broker.broker_id, "broker_epoch": self.broker_epoch})
+                if answer.get("error_code"):
+                    raise error_for(answer["error_code"], answer.get("message", ""))
+                remaining = [(p["topic"], int(p["partition"])) for p in answer.get("partitions_remaining", [])]
+                if not remaining:
+                    log.info("controlled shutdown of broker %s: leadership moved", self.broker.broker_id)
+                    return []
+                refused = {(p["topic"], int(p["partition"])) for p in answer.get("refused", [])}
+                if set(remaining) <= refused:
+                    break  # nothing else could lead them without going below min ISR: retrying won't help
+            except Exception as exc:
+                log.warning("controlled shutdown attempt %s failed: %s", attempt + 1, exc)
+            time.sleep(config["controlled.shutdown.retry.backoff.ms"] / 1000)
+        log.warning("controlled shutdown of broker %s incomplete; still leading %s", self.broker.broker_id,
+                    [f"{t}-{p}" for t, p in remaining])
+        return remaining
+
+    def _ask_controller(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        controller_id = self.zk.controller_id()
+        if controller_id is None:
+            raise error_for(ErrorCode.NOT_CONTROLLER, "no controller is elected")
+        if controller_id == self.broker.broker_id:
+            return self.controller.request_controlled_shutdown(body["broker_id"], body["broker_epoch"], False,
+                                                               CONTROLLER_REQUEST_TIMEOUT_S)
+        info = self.zk.live_brokers().get(controller_id)
+        if info is None:
+            raise error_for(ErrorCode.NOT_CONTROLLER, f"controller {controller_id} is not registered")
+        connections = Connections({"bootstrap.servers": f"{info['host']}:{info['port']}"})
+        try:
+            return connections.call_action(info["host"], int(info["port"]), action, body,
+                                           int(CONTROLLER_REQUEST_TIMEOUT_S * 1000))
+        finally:
+            connections.close()
 
     # ---- admin writes ------------------------------------------------------------------------
 

@@ -140,3 +140,29 @@ def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_pr
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "identical" in verify.stdout
     admin.close()
+
+
+def test_controlled_shutdown_moves_leadership_with_no_failed_write(fresh_cluster, topic_name, record_property):
+    cluster = fresh_cluster(3)
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 3, what="a full ISR")
+    writer = AckedWriter(cluster.bootstrap_servers, topic_name).start()
+    try:
+        wait_until(lambda: len(writer.acked) >= 300, what="300 acknowledged writes")
+        leader, _ = leader_of(admin, topic_name)
+        started = time.monotonic()
+        cluster.stop_broker(leader)  # SIGTERM: controlled shutdown, then exit
+        stop_s = time.monotonic() - started
+        new_leader, isr = leader_of(admin, topic_name)
+        assert new_leader not in (leader, -1) and leader not in isr
+        acked_before = len(writer.acked)
+        wait_until(lambda: len(writer.acked) >= acked_before + 300, what="writes to go on after the shutdown")
+    finally:
+        writer.stop()
+    record_property("controlled_shutdown_s", round(stop_s, 2))
+    print(f"controlled shutdown of leader {leader} took {stop_s:.2f}s; {new_leader} leads")
+    assert writer.errors == [], f"acks=all writes failed during a controlled shutdown: {writer.errors[:3]}"
+    values = set(read_all(cluster.bootstrap_servers, topic_name))
+    assert all(v in values for v in writer.acked)
+    admin.close()
