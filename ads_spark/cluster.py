@@ -138,7 +138,7 @@ class LocalCluster:
         lines = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://127.0.0.1:{broker['port']}",
                  f"log.dirs={home / 'data'}", f"zookeeper.connect={self.state['zookeeper']}/ads",
                  "zookeeper.session.timeout.ms=6000", "replica.lag.time.max.ms=10000",
-                 "replica.fetch.wait.max.ms=200"]
+                 "replica.fetch.wait.max.ms=200", "metrics.port=0"]
         if broker.get("rack"):
             lines.append(f"broker.rack={broker['rack']}")
         lines += self.state.get("overrides", [])

@@ -46,7 +46,24 @@ class AdminHandlers:
             wire.ACTION_ALTER_CONFIGS: self.handle_alter_configs,
             wire.ACTION_INIT_PRODUCER_ID: self.handle_init_producer_id,
             wire.ACTION_CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
+            wire.ACTION_ELECT_LEADERS: self.handle_elect_leaders,
         }
+
+    def handle_elect_leaders(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Preferred or unclean leader election, run by the controller (forwarded there if need be)."""
+        election_type = wire.require(body, "election_type", str, "elect_leaders")
+        if election_type not in ("preferred", "unclean"):
+            raise InvalidRequestError(f"election_type must be 'preferred' or 'unclean', not {election_type!r}")
+        partitions = body.get("partitions")
+        if partitions is not None and not isinstance(partitions, list):
+            raise InvalidRequestError("elect_leaders: 'partitions' must be a list or null")
+        keys = None if partitions is None else [
+            (wire.require(p, "topic", str, "elect_leaders"), wire.require(p, "partition", int, "elect_leaders"))
+            for p in partitions]
+        membership = self._membership()
+        if membership.controller.active:
+            return membership.controller.request_elect_leaders(election_type, keys, 30.0)
+        return membership.ask_controller(wire.ACTION_ELECT_LEADERS, body)
 
     def handle_controlled_shutdown(self, body: dict[str, Any]) -> dict[str, Any]:
         """Another broker (or this one) is stopping: the controller moves its leadership away."""

@@ -91,6 +91,10 @@ class Broker:
         if self._stopping.is_set():
             return
         if controlled and self.zk is not None and self.config["controlled.shutdown.enable"]:
+            # Stop following first: a follower that keeps fetching while the controller takes it out of
+            # the ISRs is caught up, and its leaders would add it straight back (Kafka fences such
+            # brokers in the controller, KIP-841; not fetching has the same effect here).
+            self.fetchers.shutdown()
             try:
                 self.zk.controlled_shutdown()
             except Exception:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
 from ads_spark.errors import ErrorCode
-from ads_spark.replication.assignment import assign_replicas
+from ads_spark.replication.assignment import assign_replicas, partitions_to_rebalance
 from ads_spark.replication import election
 from ads_spark.replication.election import Decision, PartitionView
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
@@ -54,6 +54,7 @@ class Controller:
 
     def start(self) -> None:
         self._thread.start()
+        threading.Thread(target=self._run_rebalance_timer, name="leader-rebalance", daemon=True).start()
         self.enqueue("elect", self._elect)
 
     def stop(self) -> None:
@@ -167,8 +168,12 @@ class Controller:
         arrived = {b for b in self.live if b not in before or b in gone}
         if gone:
             log.info("controller: brokers gone %s", sorted(gone))
-        decisions = election.on_brokers_changed(self.states.values(), frozenset(self.live), frozenset(gone),
-                                                unclean_restarted=frozenset(), controller_epoch=self.epoch)
+        # Back after an unclean shutdown (KIP-966): it may have lost its unflushed tail, so it leaves
+        # every ELR too and leads again only after rejoining the ISR.
+        unclean = {b for b in arrived if not self.live[b].get("clean_shutdown", True)}
+        decisions = election.on_brokers_changed(self.states.values(), frozenset(self.live),
+                                                frozenset(gone | unclean), unclean_restarted=frozenset(unclean),
+                                                controller_epoch=self.epoch)
         self._apply_decisions(decisions)
         self._push_metadata_everywhere()
         if arrived:
@@ -285,7 +290,7 @@ class Controller:
                 "config": topic.get("config", {})}
 
     def _brokers_json(self) -> list[dict[str, Any]]:
-        return [{"id": b, **{k: v for k, v in info.items() if k in ("host", "port", "rack", "broker_epoch")}}
+        return [{"id": b, **{k: v for k, v in info.items() if k in ("host", "port", "rack", "broker_epoch", "metrics_port")}}
                 for b, info in sorted(self.live.items())]
 
     def _send_leader_and_isr(self, keys: set, only_brokers: set | None = None) -> None:
@@ -356,6 +361,68 @@ class Controller:
                         [f"{t}-{p}" for t, p in plan.refused])
         return {"error_code": 0, "partitions_remaining": [{"topic": t, "partition": p} for t, p in still_led],
                 "refused": [{"topic": t, "partition": p} for t, p in plan.refused]}
+
+    # ---- leader elections on demand and automatic rebalance ---------------------------
+
+    def request_elect_leaders(self, election_type: str, keys: list[tuple[str, int]] | None,
+                              timeout_s: float) -> dict[str, Any]:
+        if not self.active:
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "message": f"broker {self.broker_id} is not "
+                    "the controller"}
+        done: Future = Future()
+        self.enqueue("elect-leaders", lambda: done.set_result(self._elect_leaders(election_type, keys)))
+        try:
+            return done.result(timeout=timeout_s)
+        except FutureTimeout:
+            return {"error_code": int(ErrorCode.REQUEST_TIMED_OUT), "message": "controller busy"}
+
+    def _elect_leaders(self, election_type: str, keys: list[tuple[str, int]] | None) -> dict[str, Any]:
+        """Preferred: move to the in-sync preferred replica. Unclean: lead a leaderless partition from any replica."""
+        live = frozenset(self.live)
+        results, decisions = [], []
+        for key in sorted(self.states) if keys is None else keys:
+            view = self.states.get(key)
+            item = {"topic": key[0], "partition": key[1], "error_code": 0}
+            if view is None:
+                item.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), message="no such partition")
+            elif election_type == "preferred":
+                outcome = election.preferred_leader_election(view, live, self.epoch)
+                if isinstance(outcome, ErrorCode):
+                    item.update(error_code=int(outcome), message=outcome.name)
+                else:
+                    decisions.append(outcome)
+            elif view.state.leader in live:
+                item.update(error_code=int(ErrorCode.ELECTION_NOT_NEEDED), message="the partition has a leader")
+            else:
+                decision = election.elect(replace(view, unclean_leader_election_enable=True), live, self.epoch,
+                                          reason="unclean election requested")
+                if decision.new_state.leader == NO_LEADER:
+                    item.update(error_code=int(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE), message="no live replica")
+                else:
+                    decisions.append(decision)
+            results.append(item)
+        self._apply_decisions(decisions)
+        if decisions:
+            self._push_metadata_everywhere()
+        return {"error_code": 0, "partitions": results}
+
+    def _maybe_rebalance(self) -> None:
+        """auto.leader.rebalance.enable: preferred elections for brokers over the imbalance limit."""
+        if not self.active:
+            return
+        assignment = {key: view.replicas for key, view in self.states.items()}
+        leaders = {key: view.state.leader for key, view in self.states.items()}
+        keys = partitions_to_rebalance(assignment, leaders, self.live,
+                                       self.broker.config["leader.imbalance.per.broker.percentage"])
+        if keys:
+            log.info("controller: leader imbalance; preferred election for %d partitions", len(keys))
+            self._elect_leaders("preferred", keys)
+
+    def _run_rebalance_timer(self) -> None:
+        interval_s = self.broker.config["leader.imbalance.check.interval.seconds"]
+        while not self._stopping.wait(interval_s):
+            if self.active and self.broker.config["auto.leader.rebalance.enable"]:
+                self.enqueue("rebalance", self._maybe_rebalance)
 
     # ---- requests from admin handlers ------------------------------------------------
 

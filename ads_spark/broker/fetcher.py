@@ -142,6 +142,7 @@ class ReplicaFetcherManager:
         self._threads: dict[tuple[int, int, str, int], FetcherThread] = {}
         self._assigned: dict[tuple[str, int], tuple[int, int, str, int]] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def follow(self, partition: Partition, leader: LeaderEndpoint) -> None:
         count = self.config["num.replica.fetchers"]
@@ -149,6 +150,8 @@ class ReplicaFetcherManager:
         thread_key = (leader.broker_id, index, leader.host, leader.port)
         with self._lock:
             self._unassign_locked(partition.key)
+            if self._closed:
+                return
             thread = self._threads.get(thread_key)
             if thread is None:
                 thread = FetcherThread(self, leader, index)
@@ -174,6 +177,7 @@ class ReplicaFetcherManager:
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         with self._lock:
+            self._closed = True  # a stopping broker follows nothing more (controlled shutdown)
             threads = list(self._threads.values())
             self._threads.clear()
             self._assigned.clear()

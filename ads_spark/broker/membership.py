@@ -45,8 +45,10 @@ class ZkMembership:
     def start(self) -> int:
         self.zk.connect()
         rack = self.broker.config["broker.rack"] or None
-        self.broker_epoch = self.zk.register_broker(self.broker.broker_id, self.broker.host, self.broker.port, rack,
-                                                    on_reregistered=self._on_reregistered)
+        self.broker_epoch = self.zk.register_broker(
+            self.broker.broker_id, self.broker.host, self.broker.port, rack, on_reregistered=self._on_reregistered,
+            clean_shutdown=getattr(self.broker.logs, "recovered_from_clean_shutdown", True),
+            metrics_port=self.broker.metrics.port if self.broker.metrics.port > 0 else None)
         self.controller.start()
         return self.broker_epoch
 
@@ -89,22 +91,24 @@ class ZkMembership:
                     [f"{t}-{p}" for t, p in remaining])
         return remaining
 
-    def _ask_controller(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    def ask_controller(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Send ``action`` to the controller's broker (another broker than this one)."""
         controller_id = self.zk.controller_id()
-        if controller_id is None:
-            raise error_for(ErrorCode.NOT_CONTROLLER, "no controller is elected")
-        if controller_id == self.broker.broker_id:
-            return self.controller.request_controlled_shutdown(body["broker_id"], body["broker_epoch"], False,
-                                                               CONTROLLER_REQUEST_TIMEOUT_S)
-        info = self.zk.live_brokers().get(controller_id)
-        if info is None:
-            raise error_for(ErrorCode.NOT_CONTROLLER, f"controller {controller_id} is not registered")
+        info = None if controller_id is None else self.zk.live_brokers().get(controller_id)
+        if info is None or controller_id == self.broker.broker_id:
+            raise error_for(ErrorCode.NOT_CONTROLLER, "no other broker is the registered controller; retry")
         connections = Connections({"bootstrap.servers": f"{info['host']}:{info['port']}"})
         try:
             return connections.call_action(info["host"], int(info["port"]), action, body,
                                            int(CONTROLLER_REQUEST_TIMEOUT_S * 1000))
         finally:
             connections.close()
+
+    def _ask_controller(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.zk.controller_id() == self.broker.broker_id:
+            return self.controller.request_controlled_shutdown(body["broker_id"], body["broker_epoch"], False,
+                                                               CONTROLLER_REQUEST_TIMEOUT_S)
+        return self.ask_controller(action, body)
 
     # ---- admin writes ------------------------------------------------------------------------
 

@@ -22,15 +22,17 @@ class BrokerInfo:
     port: int
     rack: str | None = None
     broker_epoch: int = -1
+    metrics_port: int | None = None  # its Prometheus endpoint on the same host, if it serves one
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack,
-                "broker_epoch": self.broker_epoch}
+                "broker_epoch": self.broker_epoch, "metrics_port": self.metrics_port}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> "BrokerInfo":
+        metrics_port = value.get("metrics_port")
         return cls(int(value["id"]), str(value["host"]), int(value["port"]), value.get("rack") or None,
-                   int(value.get("broker_epoch", -1)))
+                   int(value.get("broker_epoch", -1)), int(metrics_port) if metrics_port else None)
 
 
 @dataclass

@@ -34,7 +34,14 @@ class VerifyHandlers:
                 if header.base_offset >= high_watermark or len(batches) >= BATCHES_REPORTED_MAX:
                     break
                 batches.append([header.base_offset, header.record_count, header.leader_epoch, header.crc])
+            state = partition.state
             partitions.append({"topic": partition.topic, "partition": partition.partition, "role": role,
+                               "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch,
+                               "isr": sorted(state.isr), "fenced": state.fenced,
+                               "pending_isr": None if state.pending_isr is None else sorted(state.pending_isr.proposed.isr),
+                               "followers": {str(r): {"log_end_offset": p.log_end_offset, "broker_epoch": p.broker_epoch,
+                                                      "last_caught_up_ms": p.last_caught_up_ms}
+                                             for r, p in state.progress.items()},
                                "high_watermark": high_watermark, "log_start_offset": start,
                                "log_end_offset": partition.log.log_end_offset, "batches": batches})
         return {"broker_id": self.broker.broker_id, "partitions": partitions}

@@ -74,7 +74,7 @@ class ZkClient(ZkTopics, ZkSession):
 
     def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
                         metrics_port: int | None = None, stale_wait_s: float | None = None,
-                        on_reregistered: Callable[[int], None] | None = None) -> int:
+                        on_reregistered: Callable[[int], None] | None = None, clean_shutdown: bool = True) -> int:
         """Create the ephemeral ``/brokers/ids/<id>``; return the broker epoch (its czxid).
 
         A znode left by this broker's previous, not yet expired session is waited
@@ -83,7 +83,8 @@ class ZkClient(ZkTopics, ZkSession):
         With ``on_reregistered``, a new session (after the old one expired)
         registers again and reports the new, larger epoch to it.
         """
-        info = {"host": host, "port": int(port), "rack": rack, "metrics_port": metrics_port}
+        info = {"host": host, "port": int(port), "rack": rack, "metrics_port": metrics_port,
+                "clean_shutdown": bool(clean_shutdown)}
         wait_s = self.session_timeout_ms / 1000.0 + 1.0 if stale_wait_s is None else stale_wait_s
         epoch = self._create_registration(int(broker_id), info, wait_s)
         self._registration = {"broker_id": int(broker_id), "info": info, "callback": on_reregistered}

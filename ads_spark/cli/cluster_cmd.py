@@ -51,8 +51,10 @@ def cluster_status(args) -> int:
             b["alive"] for b in status["brokers"]) else {}
     except Exception:  # status must print even when the cluster is broken
         metadata = {}
+    registered = {int(b["id"]): b for b in metadata.get("brokers", [])}
     for broker in status["brokers"]:
         broker["controller"] = broker["id"] == metadata.get("controller_id")
+        broker["metrics_port"] = registered.get(broker["id"], {}).get("metrics_port")
     if args.json:
         print_json(status)
         return 0

@@ -465,7 +465,14 @@ def _truncate_to(state: PartitionState, target: int):
     if TRUNCATION_MUTATION == "hw":
         target = state.high_watermark
     if target >= state.log_end_offset:
-        return state, []
+        # Nothing to cut from the log, but an epoch this replica started without writing a record
+        # (it led briefly) may sit at the target; keeping it would make every later fetch diverge
+        # at the same point again and never progress.
+        cache = epochs.truncate_from_end(state.epochs, target)
+        if cache == state.epochs:
+            return state, []
+        new = replace(state, epochs=cache)
+        return new, [EpochCacheChanged(tuple(cache.as_pairs()))]
     below_hw = target < state.high_watermark
     new = replace(state, log_end_offset=target, high_watermark=min(state.high_watermark, target),
                   epochs=epochs.truncate_from_end(state.epochs, target),

@@ -166,3 +166,55 @@ def test_controlled_shutdown_moves_leadership_with_no_failed_write(fresh_cluster
     values = set(read_all(cluster.bootstrap_servers, topic_name))
     assert all(v in values for v in writer.acked)
     admin.close()
+
+
+def scrape(cluster, broker_id: int, name: str) -> float:
+    """A metric's value from a broker's Prometheus endpoint (0 when absent)."""
+    import json as _json
+    import urllib.request
+
+    status = subprocess.run([sys.executable, "-m", "ads_spark.cli.main", "cluster", "status", "--dir",
+                             str(cluster.dir), "--json"], capture_output=True, text=True, timeout=60)
+    brokers = {b["id"]: b for b in _json.loads(status.stdout)["brokers"]}
+    port = brokers[broker_id].get("metrics_port")
+    if not port:
+        return 0.0
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_offline_until_unclean_election_is_enabled_and_the_loss_is_counted(fresh_cluster, topic_name):
+    cluster = fresh_cluster(2, overrides=["replica.lag.time.max.ms=1500"])
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topic(topic_name, partitions=1, replication_factor=2, config={"min.insync.replicas": "1"})
+    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 2, what="a full ISR")
+    leader, _ = leader_of(admin, topic_name)
+    follower = 3 - leader
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
+    with Producer(config) as producer:
+        committed = [producer.produce(topic_name, value=b"c%d" % i, partition=0) for i in range(100)]
+    assert all(f.exception() is None for f in committed)
+    cluster.kill_broker(follower)
+    wait_until(lambda: leader_of(admin, topic_name)[1] == [leader], what="the ISR to shrink to the leader")
+    with Producer(config) as producer:  # acknowledged by the only ISR member (min ISR 1)
+        only_on_leader = [producer.produce(topic_name, value=b"l%d" % i, partition=0) for i in range(50)]
+    assert all(f.exception() is None for f in only_on_leader)
+    cluster.kill_broker(leader)
+    cluster.start_broker(follower)
+    time.sleep(3)  # the controller has seen both changes; the stale follower must not lead
+    assert leader_of(admin, topic_name)[0] == -1, "an out-of-sync replica was elected with unclean election off"
+    describe = subprocess.run([sys.executable, "-m", "ads_spark.cli.main", "topics", "describe", "--bootstrap-server",
+                               cluster.bootstrap_servers, "--topic", topic_name, "--unavailable-partitions"],
+                              capture_output=True, text=True, timeout=60)
+    assert "Leader: none" in describe.stdout, describe.stdout + describe.stderr
+
+    admin.alter_configs(topic_name, {"unclean.leader.election.enable": "true"})
+    assert wait_until(lambda: leader_of(admin, topic_name)[0] == follower, what="the unclean election")
+    values = read_all(cluster.bootstrap_servers, topic_name)
+    assert values == [b"c%d" % i for i in range(100)]  # the 50 records only the old leader had are gone
+    controller = wait_until(lambda: admin.cluster().get("controller_id"), what="a controller")
+    assert scrape(cluster, controller, "ads_unclean_leader_elections_total") >= 1
+    admin.close()

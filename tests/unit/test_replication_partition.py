@@ -226,6 +226,23 @@ def test_follower_truncates_to_divergence_not_hw():
     assert of(eff, P.Truncate) == [P.Truncate(8, False)] and s.log_end_offset == 8 and s.high_watermark == 4
 
 
+def test_empty_epoch_left_by_a_brief_leadership_is_dropped_so_fetching_progresses():
+    """Found on real brokers: a replica that led epoch 0 without writing anything, then follows a leader
+    of epoch 2 whose cache starts at 2, was told to diverge at 0 on every fetch and never joined the ISR."""
+    lai0 = LeaderAndIsr(2, 0, (2, 3), partition_epoch=0)
+    s = P.initial_state("t", 0, 2, PartitionConfig(min_insync_replicas=1))
+    s, _ = P.step(s, P.BecomeLeader(lai0, (2, 3), (), 0))  # cache: epoch 0 from offset 0, no record
+    s, _ = P.step(s, P.BecomeFollower(LeaderAndIsr(3, 2, (3,), partition_epoch=3), (2, 3), (), 1))
+    leader_cache = P.epochs.from_pairs([(2, 0)])
+    request = P.fetch_request(s)
+    diverging = P.epochs.diverging_epoch(leader_cache, 0, request.fetch_offset, request.last_fetched_epoch)
+    assert diverging is not None
+    s, eff = P.step(s, P.FetchResponse(2, 0, ErrorCode.NONE, 0, 0, (), diverging_epoch=diverging, now_ms=2))
+    assert of(eff, P.EpochCacheChanged) and not of(eff, P.Truncate)
+    request = P.fetch_request(s)
+    assert P.epochs.diverging_epoch(leader_cache, 0, request.fetch_offset, request.last_fetched_epoch) is None
+
+
 def test_consumer_reads_stop_at_hw():
     s = leader(min_isr=1, isr_=(1,))
     s, _ = produce(s, 1, n=3)

@@ -107,6 +107,9 @@ class LogManager:
         if not clean_shutdown:
             log.info("%s: no clean-shutdown marker; validated the tails of %d logs", log_dir, len(logs))
         manager = cls(log_dir, default_config, logs)
+        # KIP-966: a broker back from an unclean shutdown may have lost its unflushed tail; the
+        # controller must not elect it from the ELR until it has caught up again.
+        manager.recovered_from_clean_shutdown = clean_shutdown
         manager.checkpoint_recovery_points()
         # From here on a crash must be detected as unclean.
         marker.unlink(missing_ok=True)
