@@ -1,62 +1,132 @@
-"""Quickstart: a local 3-broker cluster, a replicated topic, records in and out, a summary.
+"""Quickstart: a local 3-broker cluster and a Spark pipeline over it, with a broker killed midway.
 
 What `make demo` runs. It starts an embedded ZooKeeper and three brokers on
-127.0.0.1 in a temporary state dir, creates a topic with 3 partitions and
-replication factor 3 (min.insync.replicas=2), produces a few thousand records
-with acks=all, reads every committed record back, checks that nothing is lost
-or duplicated, prints a summary and tears the cluster down (also on failure).
+127.0.0.1 in a temporary state dir, creates two topics (3 partitions,
+replication factor 3, min.insync.replicas=2), then runs three Spark jobs:
+
+1. producer: a streaming job writes N generated orders with
+   ``writeStream.format("ads")`` (acks=all);
+2. transformer: a streaming job reads ``orders`` with ``readStream.format("ads")``,
+   upper-cases each value and writes to ``orders_upper``; while it runs, one
+   broker is killed with SIGKILL;
+3. replay: a batch job reads a range of ``orders_upper`` back by offset.
+
+The summary checks that ``orders_upper`` holds every order exactly once (nothing
+lost, nothing duplicated despite the kill) and prints the throughput of each job.
+The cluster is torn down at the end, also on failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ads_spark.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+from ads_spark.client import Admin  # noqa: E402
 from ads_spark.cluster import LocalCluster  # noqa: E402
 
-TOPIC = "quickstart"
+ORDERS, UPPER = "orders", "orders_upper"
+PARTITIONS = 3
+KILLED_BROKER = 2
 
 
-def run(records: int, state_dir: Path) -> int:
-    cluster = LocalCluster(state_dir)
+def spark_session():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("ads-quickstart")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def produce_job(spark, bootstrap: str, work: Path, records: int) -> float:
+    """A streaming job that writes ``records`` generated orders to ADS (from files, so it is finite)."""
+    orders = work / "generated"
+    spark.range(records).selectExpr("CAST(id AS STRING) AS key", "concat('order-', id) AS value") \
+        .repartition(4).write.parquet(str(orders))
+    started = time.monotonic()
+    query = (spark.readStream.schema("key string, value string").parquet(str(orders))
+             .writeStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", ORDERS)
+             .option("checkpointLocation", str(work / "ckpt-produce")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    return time.monotonic() - started
+
+
+def transform_job(spark, bootstrap: str, work: Path, cluster: LocalCluster, kill: bool) -> float:
+    """Read orders, upper-case them, write them on; SIGKILL one broker while it runs."""
+    started = time.monotonic()
+    query = (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap)
+             .option("subscribe", ORDERS).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", "2000").load()
+             .selectExpr("key", "upper(CAST(value AS STRING)) AS value")
+             .writeStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", UPPER)
+             .option("checkpointLocation", str(work / "ckpt-transform")).trigger(availableNow=True).start())
+    killer = None
+    if kill:
+        def kill_when_started() -> None:
+            deadline = time.monotonic() + 60
+            while query.isActive and not query.recentProgress and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if query.isActive:
+                print(f"  killing broker {KILLED_BROKER} (SIGKILL) while the transformer runs")
+                cluster.kill_broker(KILLED_BROKER)
+
+        killer = threading.Thread(target=kill_when_started, daemon=True)
+        killer.start()
+    query.awaitTermination()
+    if killer is not None:
+        killer.join(5)
+    return time.monotonic() - started
+
+
+def replay_job(spark, bootstrap: str, first: int, last_exclusive: int) -> int:
+    """A batch read of one offset range of every partition (``startingOffsets``/``endingOffsets`` JSON)."""
+    starting = json.dumps({UPPER: {str(p): first for p in range(PARTITIONS)}})
+    ending = json.dumps({UPPER: {str(p): last_exclusive for p in range(PARTITIONS)}})
+    return (spark.read.format("ads").option("ads.bootstrap.servers", bootstrap).option("subscribe", UPPER)
+            .option("startingOffsets", starting).option("endingOffsets", ending).load().count())
+
+
+def run(records: int, state_dir: Path, kill: bool) -> int:
+    cluster = LocalCluster(state_dir / "cluster")
     started = time.monotonic()
     try:
         cluster.up(brokers=3)
-        print(f"cluster up in {time.monotonic() - started:.1f}s: {cluster.bootstrap_servers}")
-        config = {"bootstrap.servers": cluster.bootstrap_servers}
-        admin = Admin(config)
-        admin.create_topic(TOPIC, partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
-        for partition in admin.describe_topics([TOPIC])[0].partitions:
-            print(f"  partition {partition.partition}: leader {partition.leader} "
-                  f"replicas {list(partition.replicas)} isr {list(partition.isr)}")
-
-        produce_started = time.monotonic()
-        with Producer({**config, "acks": "all", "linger.ms": 5}) as producer:
-            futures = [producer.produce(TOPIC, value=f"record-{i}", key=f"key-{i % 97}") for i in range(records)]
-            producer.flush(60)
-        acknowledged = sum(1 for f in futures if f.exception(timeout=0) is None)
-        produce_s = time.monotonic() - produce_started
-
-        consumer = Consumer(config)
-        seen: list[str] = []
-        for partition in range(3):
-            tp = TopicPartition(TOPIC, partition)
-            _, high_watermark = consumer.get_watermark_offsets(tp)
-            table = consumer.fetch_arrow(tp, 0, high_watermark)
-            seen.extend(v.decode() for v in table.column("value").to_pylist())
-        expected = {f"record-{i}" for i in range(records)}
-        lost = len(expected - set(seen))
-        duplicated = len(seen) - len(set(seen))
-        print(f"produced {records} records with acks=all in {produce_s:.2f}s "
-              f"({records / produce_s:,.0f} records/s), acknowledged {acknowledged}")
-        print(f"read back {len(seen)} committed records: lost={lost} duplicated={duplicated}")
-        return 0 if (lost == 0 and duplicated == 0 and acknowledged == records) else 1
+        bootstrap = cluster.bootstrap_servers
+        print(f"cluster up in {time.monotonic() - started:.1f}s: {bootstrap}")
+        admin = Admin({"bootstrap.servers": bootstrap})
+        for topic in (ORDERS, UPPER):
+            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3,
+                               config={"min.insync.replicas": "2"})
+        spark = spark_session()
+        produce_s = produce_job(spark, bootstrap, state_dir, records)
+        print(f"producer job: {records} orders in {produce_s:.1f}s")
+        transform_s = transform_job(spark, bootstrap, state_dir, cluster, kill)
+        print(f"transformer job: done in {transform_s:.1f}s")
+        upper = (spark.read.format("ads").option("ads.bootstrap.servers", bootstrap).option("subscribe", UPPER)
+                 .load().selectExpr("CAST(value AS STRING) AS value"))
+        values = [row.value for row in upper.collect()]
+        expected = {f"ORDER-{i}" for i in range(records)}
+        lost, duplicated = len(expected - set(values)), len(values) - len(set(values))
+        replayed = replay_job(spark, bootstrap, 100, 200)
+        print(f"replay job: offsets [100, 200) of each partition -> {replayed} records")
+        for partition in admin.describe_topics([UPPER])[0].partitions:
+            print(f"  {UPPER}-{partition.partition}: leader {partition.leader} isr {list(partition.isr)}")
+        print(f"summary: {UPPER} holds {len(values)} records for {records} orders: "
+              f"lost={lost} duplicated={duplicated}")
+        spark.stop()
+        admin.close()
+        return 0 if (lost == 0 and duplicated == 0 and replayed == 100 * PARTITIONS) else 1
     finally:
         cluster.down()
         print("cluster down")
@@ -64,13 +134,14 @@ def run(records: int, state_dir: Path) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=5000)
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--no-kill", action="store_true", help="do not kill a broker midway")
     parser.add_argument("--dir", default=None, help="state dir (default: a temporary one)")
     args = parser.parse_args()
     if args.dir:
-        return run(args.records, Path(args.dir))
+        return run(args.records, Path(args.dir), not args.no_kill)
     with tempfile.TemporaryDirectory(prefix="ads-quickstart-") as state_dir:
-        return run(args.records, Path(state_dir))
+        return run(args.records, Path(state_dir), not args.no_kill)
 
 
 if __name__ == "__main__":

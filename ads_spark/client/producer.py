@@ -117,6 +117,17 @@ class Producer:
                 raise InvalidRequestError("enable.idempotence=true requires acks=all")
         self._producer_id = -1  # asked of a broker (from a ZooKeeper-allocated block) before the first send
         self._producer_epoch = -1
+        if self.config.get("ads.producer.id") is not None:
+            # A caller-chosen identity (the Spark sink derives one per query, micro-batch and task), so that
+            # a re-executed write numbers its batches exactly as the first attempt did and the brokers
+            # drop what they already have. Idempotence is implied.
+            if self.acks != -1:
+                raise InvalidRequestError("ads.producer.id requires acks=all")
+            self.idempotent = True
+            self._producer_id = int(self.config["ads.producer.id"])
+            self._producer_epoch = int(self.config.get("ads.producer.epoch", 0))
+            if self._producer_id < 0 or self._producer_epoch < 0:
+                raise InvalidRequestError("ads.producer.id and ads.producer.epoch must be >= 0")
         self._next_sequence: dict[tuple[str, int], int] = {}
         self._lock = threading.Condition()
         self._open: dict[tuple[str, int], _OpenBatch] = {}

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
 
 BATCHES_KEPT_PER_PRODUCER = 5  # Kafka's max.in.flight.requests.per.connection bound for idempotence
+# Producers remembered per partition: each streaming sink task writes under its own derived id, so
+# ids accumulate; the least recently written ones are forgotten past this bound.
+PRODUCERS_KEPT_MAX = 10_000
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 UNKNOWN_OFFSET = -1  # a Duplicate whose original offsets are no longer known
@@ -124,7 +127,13 @@ def record_append(table: ProducerTable, batch: object) -> ProducerTable:
         kept = entry.batches[-(BATCHES_KEPT_PER_PRODUCER - 1):]
     new_entry = ProducerEntry(producer_epoch=max(epoch, entry.producer_epoch if entry else epoch),
                               batches=kept + (meta,))
-    return ProducerTable({**table.entries, producer_id: new_entry})
+    entries = {**table.entries, producer_id: new_entry}
+    if len(entries) > PRODUCERS_KEPT_MAX:
+        # Bound the table (Kafka expires producer ids by age instead): forget the producer whose last
+        # write is oldest. A producer that later resumes from it gets UNKNOWN_PRODUCER_ID.
+        oldest = min(entries, key=lambda pid: entries[pid].batches[-1].last_offset)
+        del entries[oldest]
+    return ProducerTable(entries)
 
 
 def truncate(table: ProducerTable, end_offset_exclusive: int) -> ProducerTable:

@@ -51,6 +51,8 @@ class SinkOptions:
     client_config: dict[str, str]  # producer config: bootstrap.servers, acks, enable.idempotence, ads.* extras
     topic: str | None  # overrides the topic column
     delivery_wait_s: float = DELIVERY_WAIT_S_DEFAULT
+    # Streaming writes replay without duplicates (derived producer ids); needs acks=all and idempotence.
+    exactly_once: bool = True
 
 
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
@@ -60,11 +62,14 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     if acks not in ACKS_CHOICES:
         raise InvalidConfigError(f"option 'ads.acks' must be 0, 1 or all, got {config['acks']!r}")
     config["acks"] = "all" if acks == "-1" else acks
-    config.setdefault("enable.idempotence", "true")
+    config.setdefault("enable.idempotence", "true" if config["acks"] == "all" else "false")
+    idempotent = config["enable.idempotence"].strip().lower() == "true"
+    if idempotent and config["acks"] != "all":
+        raise InvalidConfigError("option 'ads.enable.idempotence=true' needs 'ads.acks=all' (the default)")
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise InvalidConfigError("option 'topic' is empty: give a topic name or drop the option")
-    return SinkOptions(config, topic.strip() if topic else None)
+    return SinkOptions(config, topic.strip() if topic else None, exactly_once=idempotent)
 
 
 def check_input_schema(schema: StructType, options: SinkOptions) -> None:

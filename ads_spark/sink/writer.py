@@ -7,12 +7,16 @@ batch per partition; no Python runs per row. A task succeeds only when every
 batch it sent is acknowledged (acks=all by default): any record that cannot be
 written fails the task with the producer's error, and Spark retries it.
 
-Delivery today is at-least-once: a retried task or re-run micro-batch sends its
-records again. Exactly-once replay needs producer ids and sequences from the
-replication issue; ``WriteTaskIdentity`` (query id, batch id, task partition)
-is computed for every task and handed to ``producer_config_for`` -- the one
-place to turn it into the client's idempotent-producer settings once the client
-accepts them.
+Streaming writes are exactly-once per offset across replays: each task writes
+under a producer id derived from (query id, micro-batch id, task partition) and
+numbers its produce batches from 0 per partition; a task retried, or a
+micro-batch re-executed after the query restarts from its checkpoint, sends the
+same batches with the same numbers and the brokers' idempotence drops the ones
+they already hold (``derived_producer_id``). This relies on a re-executed
+micro-batch seeing the same rows in the same order per task, which holds for
+a deterministic plan over the offsets the checkpoint recorded. Batch writes
+(no query) and ``ads.enable.idempotence=false`` are at-least-once, as Spark's
+Kafka sink is.
 
 Batch writes: Spark only lets Python data sources write in mode("append") or
 mode("overwrite"); the default (errorifexists) fails in Spark before this code
@@ -24,6 +28,7 @@ The producer comes from the per-process cache in ``ads_spark.source.clients``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import deque
 from concurrent.futures import Future
@@ -75,12 +80,39 @@ class WriteTaskIdentity:
                    context.partitionId(), context.attemptNumber())
 
 
+# Derived producer ids live far above the ids brokers hand out from ZooKeeper blocks (which start
+# at 0 and grow by a block per broker start), so the two kinds never meet.
+DERIVED_PRODUCER_ID_BASE = 1 << 53
+DERIVED_PRODUCER_ID_SPAN = 1 << 52
+
+
+def derived_producer_id(identity: WriteTaskIdentity) -> int | None:
+    """The producer id of a streaming write task: the same for every re-execution of its micro-batch.
+
+    None for batch writes (no query id / batch id): they get a fresh id from a broker and are
+    at-least-once across task retries, as Spark's own Kafka sink is.
+    """
+    if identity.query_id is None or identity.batch_id is None:
+        return None
+    text = f"{identity.query_id}/{identity.batch_id}/{identity.task_partition_id}".encode()
+    digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+    return DERIVED_PRODUCER_ID_BASE + digest % DERIVED_PRODUCER_ID_SPAN
+
+
 def producer_config_for(options: SinkOptions, identity: WriteTaskIdentity) -> dict[str, str]:
-    """The producer config of one task. Hook for exactly-once replay: when the client takes a
-    producer id/epoch and base sequence, derive them here from ``identity`` (query id and task
-    partition id -> producer id; batch id -> epoch/sequence), so a re-executed micro-batch is
-    deduplicated by the brokers. Until then the config does not depend on the identity."""
-    return dict(options.client_config)
+    """The producer config of one task: with a derived identity when the write can be replayed.
+
+    A re-executed micro-batch (task retry, or the query restarted from its checkpoint)
+    reads the same offsets, splits rows into the same produce batches and numbers them
+    with the same sequences under the same producer id, so the brokers' idempotence
+    drops every batch they already hold and appends only what the failed attempt missed.
+    """
+    config = dict(options.client_config)
+    producer_id = derived_producer_id(identity)
+    if producer_id is not None and options.exactly_once:
+        config["ads.producer.id"] = str(producer_id)
+        config["ads.producer.epoch"] = "0"
+    return config
 
 
 @dataclass
@@ -101,8 +133,17 @@ class _Sent:
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> AdsCommitMessage:
     identity = WriteTaskIdentity.current()
     config = producer_config_for(options, identity)
+    if "ads.producer.id" in config:
+        # Its own producer (sequences start at 0 for this task) over the process's pooled connections.
+        from ads_spark.client import Producer
+
+        producer = Producer(config, connections=clients.connections_for(options.client_config))
+        try:
+            return _write(options, config, identity, batches, producer)
+        finally:
+            producer.close(timeout=0)
     try:
-        return _write(options, config, identity, batches)
+        return _write(options, config, identity, batches, clients.producer_for(config))
     except Exception as exc:
         if not _is_ads_error(exc):
             clients.evict("producer", config)
@@ -110,8 +151,7 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Ad
 
 
 def _write(options: SinkOptions, config: dict[str, str], identity: WriteTaskIdentity,
-           batches: Iterator[pa.RecordBatch]) -> AdsCommitMessage:
-    producer = clients.producer_for(config)
+           batches: Iterator[pa.RecordBatch], producer) -> AdsCommitMessage:
     admin = clients.admin_for(options.client_config)
     partition_counts: dict[str, int] = {}
     batch_bytes_max = int(config.get("batch.size", PRODUCE_BATCH_BYTES_DEFAULT))

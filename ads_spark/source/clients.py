@@ -63,6 +63,12 @@ def producer_for(config: Mapping[str, Any]):
     return _cached("producer", config, Producer)
 
 
+def connections_for(config: Mapping[str, Any]):
+    """Pooled broker connections and metadata, shared by the per-task producers of the sink."""
+    from ads_spark.client.connection import Connections
+    return _cached("connections", config, Connections)
+
+
 def evict(kind: str, config: Mapping[str, Any]) -> None:
     """Drop (and close) a cached client after an unexpected failure."""
     with _clients_lock:

@@ -60,3 +60,9 @@ def test_truncate_forgets_cut_batches():
     assert [b.first_offset for b in cut.entries[7].batches] == [0]
     assert 8 not in cut.entries
     assert cut == D.rebuild([BatchInfo(0, 2, 0, 7, 0, 0)])
+
+
+def test_producer_table_is_bounded_by_forgetting_the_least_recent(monkeypatch):
+    monkeypatch.setattr(D, "PRODUCERS_KEPT_MAX", 3)
+    t = table(*[BatchInfo(i, 1, 0, 100 + i, 0, 0) for i in range(5)])
+    assert sorted(t.entries) == [102, 103, 104]
