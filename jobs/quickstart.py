@@ -43,7 +43,8 @@ def spark_session():
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[2]").appName("ads-quickstart")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     return session

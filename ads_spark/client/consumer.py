@@ -9,6 +9,7 @@ readers such as the Spark source, with no per-record Python.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -31,7 +32,9 @@ from ads_spark.records import RECORD_SCHEMA
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
 OFFSET_INVALID = -1001
-FETCH_RETRIES_MAX = 8
+# Retriable failures (a leader moving, a broker down) are retried for up to default.api.timeout.ms
+# (Kafka's name and default), long enough to ride out a failover (ZooKeeper session timeout + election).
+API_TIMEOUT_MS_DEFAULT = 60_000
 RECORDS_PER_POLL_MAX_DEFAULT = 500
 
 
@@ -72,6 +75,7 @@ class Consumer:
         self.fetch_max_bytes = int(self.config.get("fetch.max.bytes", 50 << 20))
         self.partition_fetch_max_bytes = int(self.config.get("max.partition.fetch.bytes", 8 << 20))
         self.fetch_max_wait_ms = int(self.config.get("fetch.max.wait.ms", 500))
+        self.api_timeout_ms = int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT))
         self.max_poll_records = int(self.config.get("max.poll.records", RECORDS_PER_POLL_MAX_DEFAULT))
         reset = str(self.config.get("auto.offset.reset", "latest"))
         if reset not in ("earliest", "latest", "none"):
@@ -128,7 +132,10 @@ class Consumer:
 
     def _list_offsets_raw(self, tps: list[TopicPartition], timestamp: int) -> dict[tuple[str, int], dict]:
         results: dict[tuple[str, int], dict] = {}
-        for attempt in range(FETCH_RETRIES_MAX):
+        deadline = time.monotonic() + self.api_timeout_ms / 1000
+        for attempt in itertools.count():
+            if attempt and time.monotonic() >= deadline:
+                break
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in tps:
                 if tp.key() not in results:
@@ -158,7 +165,7 @@ class Consumer:
             if not retry:
                 return results
             backoff_sleep(attempt, self._connections.retry_backoff_ms)
-        raise RequestTimedOutError(f"list offsets did not succeed after {FETCH_RETRIES_MAX} attempts")
+        raise RequestTimedOutError(f"list offsets did not succeed within default.api.timeout.ms={self.api_timeout_ms}")
 
     # ---- reads -------------------------------------------------------------------
 
@@ -166,7 +173,10 @@ class Consumer:
                     max_wait_ms: int = 0) -> FetchedChunk:
         """One fetch from the leader: committed records from ``start_offset_inclusive``, as a table."""
         last_error: AdsError | None = None
-        for attempt in range(FETCH_RETRIES_MAX):
+        deadline = time.monotonic() + self.api_timeout_ms / 1000
+        for attempt in itertools.count():
+            if attempt and time.monotonic() >= deadline:
+                break
             try:
                 return self._fetch_once(tp, start_offset_inclusive, max_bytes or self.partition_fetch_max_bytes,
                                         max_wait_ms, prefer_rack=attempt == 0)

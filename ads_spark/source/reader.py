@@ -58,7 +58,9 @@ READ_STEP_RECORDS_INITIAL = 4096  # first sub-range of a task; later ones aim at
 READ_STEP_RECORDS_MAX = 1 << 20
 READ_STEP_BYTES_TARGET = 8 << 20
 FETCH_BYTES_MAX = 8 << 20  # per fetch request
-EMPTY_FETCH_RETRIES_MAX = 10  # a new leader's HW may lag briefly behind the planned end
+# A new leader's HW may lag behind the planned end until its followers fetch again (after a
+# failover that takes a ZooKeeper session timeout and an election): wait that long at most.
+EMPTY_FETCH_WAIT_S_MAX = 30.0
 EMPTY_FETCH_BACKOFF_S = 0.2
 
 
@@ -85,7 +87,7 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
     tp = TopicPartition(r.topic, r.partition)
     if not _same_incarnation(admin, r, options.fail_on_data_loss):
         return
-    position, step_records, empty_fetches = r.start_offset_inclusive, READ_STEP_RECORDS_INITIAL, 0
+    position, step_records, empty_since = r.start_offset_inclusive, READ_STEP_RECORDS_INITIAL, None
     while position < r.end_offset_exclusive:
         upper = min(r.end_offset_exclusive, position + step_records)
         try:
@@ -94,8 +96,8 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
             position = _skip_to_log_start(admin, r, position, options.fail_on_data_loss)
             continue
         if table.num_rows == 0:
-            empty_fetches += 1
-            if empty_fetches <= EMPTY_FETCH_RETRIES_MAX:
+            empty_since = empty_since or time.monotonic()
+            if time.monotonic() - empty_since <= EMPTY_FETCH_WAIT_S_MAX:
                 time.sleep(EMPTY_FETCH_BACKOFF_S)
                 continue
             raise_or_warn([DataLoss(r.topic, r.partition, f"offsets {position}..{r.end_offset_exclusive - 1} "
@@ -103,7 +105,7 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
                                                           f"watermark (log truncated?)")],
                           options.fail_on_data_loss)
             return
-        empty_fetches = 0
+        empty_since = None
         yield from to_spark_batches(table, r.topic, r.partition, options.include_headers)
         position = int(table.column("offset")[-1].as_py()) + 1
         bytes_per_record = max(1.0, table.nbytes / table.num_rows)

@@ -39,7 +39,8 @@ class FakeLog:
 def read(log, monkeypatch, fail_on_data_loss="true", start=0, end=20):
     monkeypatch.setattr(reader.clients, "consumer_for", lambda config: log)
     monkeypatch.setattr(reader.clients, "admin_for", lambda config: log)
-    monkeypatch.setattr(reader, "EMPTY_FETCH_BACKOFF_S", 0)
+    monkeypatch.setattr(reader, "EMPTY_FETCH_BACKOFF_S", 0.001)
+    monkeypatch.setattr(reader, "EMPTY_FETCH_WAIT_S_MAX", 0.05)
     options = parse_source_options({"ads.bootstrap.servers": "h:1", "subscribe": "t",
                                     "failOnDataLoss": fail_on_data_loss}, streaming=True)
     batches = list(reader.read_range(options, OffsetRange("t", 0, "id1", start, end)))
