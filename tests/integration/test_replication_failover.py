@@ -91,14 +91,20 @@ def read_all(bootstrap: str, topic: str) -> list[bytes]:
         consumer.close()
 
 
-def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_property):
+def replicated_topic_under_load(fresh_cluster, topic: str):
+    """3 brokers, one partition with RF=3 and min ISR 2, and an acks=all writer with 300 writes acknowledged."""
     cluster = fresh_cluster(3)
     admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
-    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 3, what="a full ISR")
-    writer = AckedWriter(cluster.bootstrap_servers, topic_name).start()
+    admin.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    wait_until(lambda: len(leader_of(admin, topic)[1]) == 3, what="a full ISR")
+    writer = AckedWriter(cluster.bootstrap_servers, topic).start()
+    wait_until(lambda: len(writer.acked) >= 300, what="300 acknowledged writes")
+    return cluster, admin, writer
+
+
+def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_property):
+    cluster, admin, writer = replicated_topic_under_load(fresh_cluster, topic_name)
     try:
-        wait_until(lambda: len(writer.acked) >= 300, what="300 acknowledged writes")
         old_leader, _ = leader_of(admin, topic_name)
         killed_at = time.monotonic()
         cluster.kill_broker(old_leader)
@@ -143,13 +149,8 @@ def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_pr
 
 
 def test_controlled_shutdown_moves_leadership_with_no_failed_write(fresh_cluster, topic_name, record_property):
-    cluster = fresh_cluster(3)
-    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
-    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 3, what="a full ISR")
-    writer = AckedWriter(cluster.bootstrap_servers, topic_name).start()
+    cluster, admin, writer = replicated_topic_under_load(fresh_cluster, topic_name)
     try:
-        wait_until(lambda: len(writer.acked) >= 300, what="300 acknowledged writes")
         leader, _ = leader_of(admin, topic_name)
         started = time.monotonic()
         cluster.stop_broker(leader)  # SIGTERM: controlled shutdown, then exit

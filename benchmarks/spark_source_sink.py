@@ -1,0 +1,208 @@
+"""Spark through format("ads") against the Python Data Source ceiling, measured in one run.
+
+    python -m benchmarks.spark_source_sink --out benchmarks/results [--records 300000] [--runs 3]
+
+On one local 3-broker cluster and one local SparkSession (local[2]), with 1 KiB
+values, alternating run by run:
+
+* read_batch:   spark.read.format("ads") of a topic into the noop sink, next to
+                the same plan over ``ads-synthetic``, an in-memory Python data
+                source that yields ready Arrow batches of the same schema and
+                size (the ceiling of any Python data source on this machine);
+* read_stream:  readStream.format("ads") with Trigger.AvailableNow into noop,
+                next to the same ceiling;
+* write_stream: readStream of Parquet files written beforehand, into
+                writeStream.format("ads") (acks=all, RF=3, min ISR 2), next to
+                the same stream into the noop sink.
+
+Writes DIR/spark_source_sink.json and a table of medians with min-max and the
+ratios to the ceilings; only ratios within one run are meant to be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+from ads_spark.client import Admin, Producer
+from ads_spark.cluster import LocalCluster
+
+VALUE_BYTES = 1024
+PARTITIONS = 3
+PRODUCE_BATCH_RECORDS = 512
+
+
+def synthetic_source_class():
+    """A Python data source yielding pre-built Arrow batches in the ads source schema: the ceiling."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from ads_spark.source.schema import spark_schema
+
+    class SyntheticReader(DataSourceReader):
+        def __init__(self, rows: int, partition_count: int):
+            self.rows, self.partition_count = rows, partition_count
+
+        def partitions(self):
+            return [InputPartition(i) for i in range(self.partition_count)]
+
+        def read(self, partition):
+            from ads_spark.source.schema import arrow_schema
+
+            schema = arrow_schema(include_headers=False)
+            per_batch = 2048
+            rows = self.rows // self.partition_count
+            value = pa.array([b"s" * VALUE_BYTES] * per_batch, pa.binary())
+            columns = {"key": pa.nulls(per_batch, pa.binary()), "value": value,
+                       "topic": pa.array(["synthetic"] * per_batch), "partition": pa.array([0] * per_batch, pa.int32()),
+                       "offset": pa.array(range(per_batch), pa.int64()),
+                       "timestamp": pa.array([0] * per_batch, pa.timestamp("us", tz="UTC")),
+                       "timestampType": pa.array([0] * per_batch, pa.int32())}
+            batch = pa.RecordBatch.from_pydict({f.name: columns[f.name] for f in schema}, schema=schema)
+            for start in range(0, rows, per_batch):
+                yield batch.slice(0, min(per_batch, rows - start))
+
+    class SyntheticSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "ads-synthetic"
+
+        def schema(self):
+            return spark_schema(include_headers=False)
+
+        def reader(self, schema):
+            return SyntheticReader(int(self.options["rows"]), int(self.options.get("partitions", PARTITIONS)))
+
+    return SyntheticSource
+
+
+def fill_topic(bootstrap: str, topic: str, records: int) -> None:
+    batch = pa.record_batch({"value": pa.array([b"v" * VALUE_BYTES] * PRODUCE_BATCH_RECORDS, pa.binary())})
+    with Producer({"bootstrap.servers": bootstrap, "acks": "all"}) as producer:
+        futures = [producer.produce_arrow(topic, batch, partition=i % PARTITIONS)
+                   for i in range(records // PRODUCE_BATCH_RECORDS)]
+        for future in futures:
+            future.result(timeout=300)
+
+
+def timed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def run_once(spark, bootstrap: str, admin: Admin, work: Path, records: int, source_topic: str) -> dict:
+    rows = (records // PRODUCE_BATCH_RECORDS) * PRODUCE_BATCH_RECORDS
+    ads = spark.read.format("ads").option("ads.bootstrap.servers", bootstrap).option("subscribe", source_topic)
+    synthetic = spark.read.format("ads-synthetic").option("rows", str(rows))
+    result = {
+        ("ads", "read_batch"): rows / timed(lambda: ads.load().write.format("noop").mode("overwrite").save()),
+        ("ceiling", "read_batch"): rows / timed(
+            lambda: synthetic.load().write.format("noop").mode("overwrite").save()),
+    }
+
+    def stream_read() -> None:
+        (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("subscribe", source_topic)
+         .option("startingOffsets", "earliest").load().writeStream.format("noop")
+         .option("checkpointLocation", str(work / f"ckpt-{uuid.uuid4().hex}")).trigger(availableNow=True)
+         .start().awaitTermination())
+
+    result[("ads", "read_stream")] = rows / timed(stream_read)
+    files = work / f"input-{uuid.uuid4().hex[:6]}"
+    spark.range(rows).selectExpr(f"repeat('w', {VALUE_BYTES}) AS value").repartition(PARTITIONS) \
+        .write.parquet(str(files))
+
+    def stream_write(into_ads: bool) -> None:
+        topic = f"bench-write-{uuid.uuid4().hex[:6]}"
+        writer = spark.readStream.schema("value string").parquet(str(files)).writeStream
+        if into_ads:
+            admin.create_topic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})
+            writer = writer.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", topic)
+        else:
+            writer = writer.format("noop")
+        writer.option("checkpointLocation", str(work / f"ckpt-{uuid.uuid4().hex}")).trigger(availableNow=True) \
+            .start().awaitTermination()
+        if into_ads:
+            admin.delete_topic(topic)
+
+    result[("ads", "write_stream")] = rows / timed(lambda: stream_write(True))
+    result[("ceiling", "write_stream")] = rows / timed(lambda: stream_write(False))
+    return result
+
+
+def summarise(samples: dict) -> list[dict]:
+    rows = []
+    for (system, case), values in sorted(samples.items()):
+        median = statistics.median(values)
+        rows.append({"system": system, "case": case, "records_per_s": median,
+                     "mb_per_s": median * VALUE_BYTES / 1e6, "min": min(values), "max": max(values),
+                     "runs": len(values)})
+    by_key = {(r["system"], r["case"]): r["records_per_s"] for r in rows}
+    for row in rows:
+        ceiling_case = "read_batch" if row["case"] == "read_stream" else row["case"]
+        ceiling = by_key.get(("ceiling", ceiling_case))
+        if row["system"] == "ads" and ceiling:
+            row["ratio_to_ceiling"] = row["records_per_s"] / ceiling
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'system':8} {'case':13} {'records/s':>11} {'MB/s':>7} {'min-max':>21} {'vs ceiling':>10}")
+    for row in rows:
+        ratio = f"{row['ratio_to_ceiling']:.2f}" if "ratio_to_ceiling" in row else ""
+        print(f"{row['system']:8} {row['case']:13} {row['records_per_s']:11,.0f} {row['mb_per_s']:7.1f} "
+              f"{row['min']:10,.0f}-{row['max']:<10,.0f} {ratio:>10}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Spark source/sink throughput vs the Python data source ceiling")
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ads-spark-bench-") as state_dir:
+        cluster = LocalCluster(Path(state_dir) / "cluster")
+        spark = None
+        try:
+            cluster.up(brokers=3)
+            admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+            source_topic = f"bench-read-{uuid.uuid4().hex[:6]}"
+            admin.create_topic(source_topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})
+            fill_topic(cluster.bootstrap_servers, source_topic, args.records)
+            spark = (SparkSession.builder.master("local[2]").appName("ads-bench")
+                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                     .config("spark.driver.memory", "2g").getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            spark.dataSource.register(synthetic_source_class())
+            samples: dict = {}
+            for run in range(args.runs):
+                for key, value in run_once(spark, cluster.bootstrap_servers, admin, Path(state_dir),
+                                           args.records, source_topic).items():
+                    samples.setdefault(key, []).append(value)
+                print(f"run {run + 1}/{args.runs} done", file=sys.stderr)
+        finally:
+            if spark is not None:
+                spark.stop()
+            cluster.down()
+    rows = summarise(samples)
+    (out / "spark_source_sink.json").write_text(json.dumps(rows, indent=2))
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
