@@ -86,7 +86,9 @@ def to_spark_batches(table: pa.Table, topic: str, partition: int, include_header
         columns["headers"] = table.column("headers")
     arrays = [_conform(columns[f.name], f.type) for f in target]
     out = pa.Table.from_arrays(arrays, schema=target)
-    return out.to_batches() if rows else []
+    # One batch per call instead of one per stored batch: Spark pays a fixed cost per Arrow batch
+    # it receives from a Python data source, and stored batches can be small (a producer's linger).
+    return out.combine_chunks().to_batches() if rows else []
 
 
 def _conform(column: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray:
