@@ -165,13 +165,15 @@ class Connections:
         if found is None:
             found = self.refresh([topic]).topics.get(topic)
         if found is None:
-            raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
+            raise _absent(f"topic '{topic}' does not exist")
         return found
 
     def partition(self, topic: str, partition: int) -> PartitionMetadata:
         found = self.partitions_for(topic).get(partition)
+        if found is None:  # maybe partitions were added since the cached view: look once more
+            found = (self.refresh([topic]).topics.get(topic) or {}).get(partition)
         if found is None:
-            raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
+            raise _absent(f"topic '{topic}' has no partition {partition}")
         return found
 
     def leader_of(self, topic: str, partition: int) -> tuple[PartitionMetadata, BrokerAddress]:
@@ -207,6 +209,17 @@ def _partition_metadata(topic: str, p: dict[str, Any]) -> PartitionMetadata:
         observers=tuple(p.get("observers", ()) or ()),
         offline_replicas=tuple(p.get("offline_replicas", ()) or ()),
     )
+
+
+def _absent(message: str) -> UnknownTopicOrPartitionError:
+    """Fresh metadata says it does not exist: retrying will not make it appear, so not retriable.
+
+    (A broker answering UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata does
+    list, e.g. while a new replica is being created, stays retriable.)
+    """
+    error = UnknownTopicOrPartitionError(message)
+    error.retriable = False
+    return error
 
 
 def backoff_sleep(attempt: int, base_ms: int, max_ms: int = 1000) -> None:

@@ -80,3 +80,57 @@ def test_failover_of_many_partitions_is_one_batched_pass(fresh_cluster, topic_na
     print(f"201 partitions: all led again {failover_s:.2f}s after the kill (session timeout 6 s)")
     assert failover_s < 30
     admin.close()
+
+
+def test_rack_aware_placement_and_same_rack_follower_reads(fresh_cluster, topic_name):
+    """Six brokers on three racks: every partition spans three racks; a rack-b consumer reads from rack b."""
+    import pyarrow.flight as flight
+
+    from ads_spark.client import Consumer, Producer, TopicPartition, wire
+    from ads_spark.errors import ErrorCode
+
+    racks = ["a", "b", "c"]
+    cluster = fresh_cluster(6, racks=racks)
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topic(topic_name, partitions=6, replication_factor=3, config={"min.insync.replicas": "2"})
+    rack_of = {b["id"]: b["rack"] for b in cluster.state["brokers"]}
+    placement = leaders(admin, topic_name)
+    assert all(len({rack_of[r] for r in replicas}) == 3 for _, replicas, _ in placement.values())
+    preferred = sorted(replicas[0] for _, replicas, _ in placement.values())
+    assert preferred == [1, 2, 3, 4, 5, 6]  # leadership spread evenly
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        futures = [producer.produce(topic_name, value=b"r%d" % i, partition=0) for i in range(50)]
+    assert all(f.exception() is None for f in futures)
+    leader, replicas, _ = placement[0]
+    wait_until(lambda: len(leaders(admin, topic_name)[0][2]) == 3, what="a full ISR")
+    follower = next(r for r in replicas if r != leader)
+    port = next(b["port"] for b in cluster.state["brokers"] if b["id"] == follower)
+
+    def fetch_from_follower(client_rack):
+        request = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                   "client_rack": client_rack,
+                   "partitions": [{"topic": topic_name, "partition": 0, "fetch_offset": 0,
+                                   "partition_max_bytes": 1 << 20}]}
+        client = flight.connect(f"grpc+tcp://127.0.0.1:{port}")
+        try:
+            chunks = list(client.do_get(flight.Ticket(wire.dumps(request))))
+        finally:
+            client.close()
+        meta = [wire.loads(c.app_metadata, "fetch") for c in chunks]
+        rows = sum(c.data.num_rows for c in chunks)
+        return next(m for m in meta if "error_code" in m), rows
+
+    # A consumer on the follower's rack is served by it (KIP-392), up to the follower's HW ...
+    meta, rows = wait_until(lambda: (lambda r: r if r[1] == 50 else None)(fetch_from_follower(rack_of[follower])),
+                            what="the follower to serve its rack")
+    assert meta["error_code"] == 0 and meta["high_watermark"] == 50
+    # ... while anyone else is sent to the leader.
+    meta, rows = fetch_from_follower(None)
+    assert meta["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and rows == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "client.rack": rack_of[follower]})
+    try:
+        table = consumer.fetch_arrow(TopicPartition(topic_name, 0), 0, 50)
+        assert table.column("value").to_pylist() == [b"r%d" % i for i in range(50)]
+    finally:
+        consumer.close()
+    admin.close()
