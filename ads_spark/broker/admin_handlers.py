@@ -16,6 +16,7 @@ from ads_spark.client import wire
 from ads_spark.config import TOPIC_KEYS, validate_topic_config
 from ads_spark.errors import (
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -47,7 +48,35 @@ class AdminHandlers:
             wire.ACTION_INIT_PRODUCER_ID: self.handle_init_producer_id,
             wire.ACTION_CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
             wire.ACTION_ELECT_LEADERS: self.handle_elect_leaders,
+            wire.ACTION_REASSIGN: self.handle_reassign,
         }
+
+    def handle_reassign(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Validate a reassignment (Kafka's JSON) and record it in ZooKeeper; the controller carries it out."""
+        membership = self._membership()
+        partitions = wire.require(body, "partitions", list, "alter_partition_reassignments")
+        if not partitions:
+            raise InvalidRequestError("a reassignment needs at least one partition")
+        live = set(membership.zk.live_brokers())
+        plan = []
+        for item in partitions:
+            what = "reassignment partition"
+            topic, number = wire.require(item, "topic", str, what), wire.require(item, "partition", int, what)
+            replicas = wire.require(item, "replicas", list, what)
+            assignment = (membership.zk.read_topic(topic) or {}).get("assignment")
+            if assignment is None or number not in assignment:
+                raise UnknownTopicOrPartitionError(f"{topic}-{number} does not exist")
+            if not replicas or len(set(replicas)) != len(replicas) or not all(isinstance(r, int) for r in replicas):
+                raise InvalidReplicaAssignmentError(f"{topic}-{number}: replicas {replicas} must be distinct broker ids")
+            if set(replicas) - live:
+                raise InvalidReplicaAssignmentError(
+                    f"{topic}-{number}: brokers {sorted(set(replicas) - live)} are not alive")
+            plan.append({"topic": topic, "partition": number, "replicas": replicas})
+        throttle = wire.optional(body, "throttle_bytes_per_s", int, None, "alter_partition_reassignments")
+        if throttle is not None and throttle <= 0:
+            raise InvalidRequestError(f"--throttle must be a positive number of bytes per second, not {throttle}")
+        membership.zk.request_reassignment({"version": 1, "partitions": plan, "throttle_bytes_per_s": throttle})
+        return {"error_code": 0, "partitions": plan}
 
     def handle_elect_leaders(self, body: dict[str, Any]) -> dict[str, Any]:
         """Preferred or unclean leader election, run by the controller (forwarded there if need be)."""

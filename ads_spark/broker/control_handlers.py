@@ -75,6 +75,8 @@ class ControlHandlers:
             return
         partition = self.broker.ensure_partition(topic, number, entry.get("topic_id") or "",
                                                  entry.get("config") or {})
+        throttle = entry.get("throttle_bytes_per_s")
+        partition.throttle_bytes_per_s = int(throttle) if throttle else None
         refused = partition.apply_leader_and_isr(role, now_ms())
         if refused is not None and refused.error is not ErrorCode.NONE:
             raise error_for(refused.error, f"{topic}-{number}: {refused.message}")

@@ -22,6 +22,7 @@ from ads_spark.client import wire
 from ads_spark.client.connection import Connections
 from ads_spark.errors import ErrorCode
 from ads_spark.replication.assignment import assign_replicas, partitions_to_rebalance
+from ads_spark.broker.controller_reassign import ReassignmentRuntime
 from ads_spark.replication import election
 from ads_spark.replication.election import Decision, PartitionView
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
@@ -32,7 +33,7 @@ EVENT_QUEUE_MAX = 10_000
 BROKER_REQUEST_TIMEOUT_MS = 15_000
 
 
-class Controller:
+class Controller(ReassignmentRuntime):
     def __init__(self, broker, zk):
         self.broker = broker
         self.zk = zk
@@ -47,6 +48,8 @@ class Controller:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._connections: Connections | None = None
+        self.reassignments: dict[tuple[str, int], tuple[int, ...]] = {}  # partition -> target replicas
+        self.throttles: dict[tuple[str, int], int] = {}  # catch-up bytes/s for replicas outside the ISR
         self.elections = 0  # leader changes this controller wrote (for metrics)
         self.unclean_elections = 0
 
@@ -103,6 +106,7 @@ class Controller:
         self.zk.watch_isr_changes(lambda: self.enqueue("isr-change", self._on_isr_change))
         self.zk.watch_topic_deletions(lambda: self.enqueue("topic-deletion", self._on_topic_deletion))
         self.zk.watch_config_changes(lambda: self.enqueue("config-change", self._on_config_change))
+        self.zk.watch_reassignment(lambda: self.enqueue("reassignment", self._on_reassignment))
         self._reload_everything()
 
     def _resign(self) -> None:
@@ -128,6 +132,7 @@ class Controller:
             self.states.values(), frozenset(self.live), frozenset(named - set(self.live)),
             unclean_restarted=frozenset(), controller_epoch=self.epoch))
         self._push_all()
+        self._on_reassignment()  # resume one that a previous controller left running
 
     def _load_topic(self, name: str) -> None:
         topic = self.zk.read_topic(name)
@@ -201,6 +206,7 @@ class Controller:
         for key, versioned in self.zk.read_partition_states(keys).items():
             self.states[key] = replace(self.states[key], state=self._view(
                 key[0], key[1], self.states[key].replicas, versioned).state)
+        self._maybe_complete_reassignments()
         self._push_metadata_everywhere()
 
     def _on_topic_deletion(self) -> None:
@@ -287,6 +293,7 @@ class Controller:
                 "replicas": list(view.replicas), "observers": list(view.observers),
                 "partition_epoch": view.state.partition_epoch,
                 "offline_replicas": [r for r in view.replicas if r not in self.live],
+                "throttle_bytes_per_s": self.throttles.get((view.topic, view.partition)),
                 "config": topic.get("config", {})}
 
     def _brokers_json(self) -> list[dict[str, Any]]:

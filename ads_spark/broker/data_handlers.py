@@ -144,6 +144,9 @@ class DataHandlers:
         if reply.diverging_epoch is not None:
             meta["diverging_epoch"] = {"epoch": reply.diverging_epoch[0], "end_offset": reply.diverging_epoch[1]}
             return []
+        budget = partition.replication_budget(replica_id, budget, time.monotonic())
+        if budget <= 0:
+            return []  # throttled catch-up (reassignment): the follower asks again
         return partition.read(spec["fetch_offset"], reply.read_end_offset_exclusive, budget)
 
     # ---- list offsets -------------------------------------------------------------

@@ -89,6 +89,11 @@ class Partition:
         self.local_broker_id = local_broker_id
         self._isr_sender = isr_sender
         self.on_changed: Callable[[tuple[str, int]], None] | None = None  # set by the replica manager
+        # Reassignment throttle (bytes/s) for followers outside the ISR; None: unthrottled. The bucket
+        # holds at most one second of allowance, so a replica in the ISR is never slowed by it.
+        self.throttle_bytes_per_s: int | None = None
+        self._throttle_tokens = 0.0
+        self._throttle_at_s = 0.0
         # One condition per partition: every step holds it; appends and HW moves notify it.
         self.changed = threading.Condition()
         self._request_ids = itertools.count(1)
@@ -255,6 +260,20 @@ class Partition:
         if outbox.reply is None:
             raise InvariantViolation(f"{self.topic}-{self.partition}: the core did not answer a follower fetch")
         return outbox.reply
+
+    def replication_budget(self, replica_id: int, wanted_bytes: int, now_s: float) -> int:
+        """Bytes a follower fetch may carry now: all of it for ISR members, the throttle's share otherwise."""
+        rate = self.throttle_bytes_per_s
+        if not rate or replica_id in self.state.isr:
+            return wanted_bytes
+        with self.changed:
+            self._throttle_tokens = min(float(rate), self._throttle_tokens + (now_s - self._throttle_at_s) * rate)
+            self._throttle_at_s = now_s
+            if self._throttle_tokens < 1:
+                return 0
+            granted = int(min(wanted_bytes, self._throttle_tokens))
+            self._throttle_tokens -= granted
+            return granted
 
     def consumer_read_bound(self, current_leader_epoch: int, fetch_offset: int, allow_follower: bool) -> int:
         """The exclusive end a consumer may read to (the HW), or raise the error the core decided."""

@@ -77,6 +77,30 @@ class ZkTopics:
             raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
         return TopicAssignmentZnode.from_json(found[0])
 
+    def write_topic_assignment(self, topic: str, change: Callable[[TopicAssignmentZnode], TopicAssignmentZnode],
+                               controller_epoch_zk_version: int, attempts_max: int = 5) -> TopicAssignmentZnode:
+        """Read-modify-write the assignment znode, conditional on its version and fenced by the controller epoch."""
+        for _ in range(attempts_max):
+            found = self._read(topic_path(topic))
+            if found is None:
+                raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
+            updated = change(TopicAssignmentZnode.from_json(found[0]))
+
+            def build(tx, version=found[1].version, value=updated.to_json()) -> None:
+                tx.check(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)
+                tx.set_data(topic_path(topic), value, version=version)
+
+            try:
+                self._commit(build, f"updating the assignment of topic '{topic}'")
+                return updated
+            except MultiOpFailed as failed:
+                if failed.index == 0:
+                    raise StaleControllerEpochError("the controller epoch was superseded; assignment not written") \
+                        from None
+                if not isinstance(failed.error, BadVersionError):
+                    raise
+        raise InvalidRequestError(f"the assignment of topic '{topic}' kept changing; retry")
+
     def read_topic(self, topic: str) -> dict[str, Any] | None:
         """{"topic_id", "assignment" {partition: [replicas]}, "observers", ..., "config"}, or None."""
         found, config = self._read_many([topic_path(topic), topic_config_path(topic)])

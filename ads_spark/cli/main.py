@@ -15,7 +15,9 @@ from ads_spark.errors import AdsError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ads_spark.cli import cluster_cmd, data_cmd, election_cmd, server_cmd, topics_cmd, verify_cmd
+    from ads_spark.cli import (
+        cluster_cmd, data_cmd, election_cmd, reassign_cmd, server_cmd, topics_cmd, verify_cmd,
+    )
 
     parser = argparse.ArgumentParser(prog="ads", description="ADS: a replicated log for Spark")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output to stderr")
@@ -26,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_cmd.register(commands)
     verify_cmd.register(commands)
     election_cmd.register(commands)
+    reassign_cmd.register(commands)
     return parser
 
 

@@ -60,7 +60,9 @@ def become_leader(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[int,
     same_term = state.role is Role.LEADER and lai.leader_epoch == state.leader_epoch and not state.fenced
     if same_term:
         # An ISR refresh from the controller (e.g. it removed a dead follower): keep progress.
-        progress = {r: p for r, p in state.progress.items() if r in replicas or r in observers}
+        # Replicas added by a reassignment start with fresh progress (not caught up, not in the ISR).
+        progress = {r: state.progress.get(r, FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms))
+                    for r in (*replicas, *observers) if r != state.broker_id}
         return replace(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
                        replicas=replicas, observers=observers, progress=progress, pending_isr=None), []
     failed = acks.fail_all(state.pending_produces, ErrorCode.NOT_LEADER_OR_FOLLOWER)

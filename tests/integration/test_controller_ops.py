@@ -134,3 +134,42 @@ def test_rack_aware_placement_and_same_rack_follower_reads(fresh_cluster, topic_
     finally:
         consumer.close()
     admin.close()
+
+
+def test_reassignment_raises_rf_then_moves_a_replica_with_no_loss(fresh_cluster, topic_name, tmp_path):
+    """RF=1 -> RF=3 (new replicas catch up under a throttle before anything is dropped), then 1,2,3 -> 2,3,4."""
+    import json
+
+    from ads_spark.client import Producer
+
+    cluster = fresh_cluster(4)
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topic(topic_name, partitions=1, replication_factor=1)
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        futures = [producer.produce(topic_name, value=b"x" * 1000, partition=0) for _ in range(2000)]
+    assert all(f.exception() is None for f in futures)
+    first = leaders(admin, topic_name)[0][1][0]
+    grown = [first] + [b for b in (1, 2, 3, 4) if b != first][:2]
+
+    def reassign(replicas, *extra):
+        plan = tmp_path / f"plan-{'-'.join(map(str, replicas))}.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic_name, "partition": 0, "replicas": replicas}]}))
+        return ads(cluster, "reassign-partitions", "--reassignment-json-file", str(plan), *extra)
+
+    executed = reassign(grown, "--execute", "--throttle", "1000000", "--timeout-s", "90")
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+    assert "1/1 done" in executed.stdout
+    leader, replicas, isr = leaders(admin, topic_name)[0]
+    assert replicas == grown and sorted(isr) == sorted(grown) and leader == first
+    moved = [b for b in (1, 2, 3, 4) if b != first][:3]  # drop the original replica, add the fourth broker
+    executed = reassign(moved, "--execute", "--timeout-s", "90")
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+    verified = reassign(moved, "--verify")
+    assert verified.returncode == 0 and "is complete" in verified.stdout, verified.stdout + verified.stderr
+    leader, replicas, isr = leaders(admin, topic_name)[0]
+    assert replicas == moved and sorted(isr) == sorted(moved) and leader in moved
+    check = ads(cluster, "verify-replicas", "--topic", topic_name)
+    assert check.returncode == 0 and "2000 offsets" in check.stdout, check.stdout + check.stderr
+    assert not (cluster.dir / f"broker-{first}" / "data" / f"{topic_name}-0").exists()  # removed replica deleted
+    admin.close()
