@@ -23,6 +23,7 @@ from ads_spark.errors import (
     LeaderNotAvailableError,
     NetworkExceptionError,
     BrokerNotAvailableError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 
@@ -121,7 +122,7 @@ class Connections:
         for host, port in candidates:
             try:
                 return self.call_action(host, port, action, body, timeout_ms)
-            except NetworkExceptionError as exc:
+            except (NetworkExceptionError, RequestTimedOutError) as exc:  # down, or stalled (a long pause)
                 last = exc
         raise last or NetworkExceptionError("no broker reachable")
 

@@ -219,3 +219,63 @@ def test_offline_until_unclean_election_is_enabled_and_the_loss_is_counted(fresh
     controller = wait_until(lambda: admin.cluster().get("controller_id"), what="a controller")
     assert scrape(cluster, controller, "ads_unclean_leader_elections_total") >= 1
     admin.close()
+
+
+def drop_unflushed_tail(cluster, broker_id: int, topic: str, partition: int) -> tuple[int, int]:
+    """After a SIGKILL: lose what the page cache held (everything past the recovery point), as a power cut would.
+
+    Returns (log end before, log end after).
+    """
+    from ads_spark.broker.log import LogConfig, PartitionLog
+    from ads_spark.broker.log.checkpoints import OffsetCheckpointFile
+
+    data = cluster.dir / f"broker-{broker_id}" / "data"
+    recovery_point = OffsetCheckpointFile(data / "recovery-point-offset-checkpoint").read().get((topic, partition), 0)
+    log = PartitionLog.open(data / f"{topic}-{partition}", LogConfig(), recovery_point=recovery_point,
+                            clean_shutdown=False, now_ms=0)
+    before = log.log_end_offset
+    log.truncate_to(min(recovery_point, before))
+    after = log.log_end_offset
+    log.close()
+    return before, after
+
+
+def test_last_replica_standing_loses_nothing_kip966(fresh_cluster, topic_name):
+    """ISR {L, A, B}, min ISR 2. B dies; A stalls and leaves the ISR while it is below the minimum, so A
+    becomes an eligible leader (ELR) and the HW freezes; then L, the last ISR member, crashes and loses
+    its unflushed tail. Kafka before KIP-966 could only wait for L and elect it, losing committed records;
+    here A leads, and every acknowledged record is still there."""
+    import os
+    import signal
+
+    cluster = fresh_cluster(3, overrides=["replica.lag.time.max.ms=1500"])
+    # A short request timeout: the admin must move on quickly from the broker the test pauses.
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 2000})
+    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 3, what="a full ISR")
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
+    with Producer(config) as producer:
+        acked = [producer.produce(topic_name, value=b"c%d" % i, partition=0) for i in range(500)]
+    assert all(f.exception() is None for f in acked)
+    leader, isr = leader_of(admin, topic_name)
+    stalled, dead = [b for b in isr if b != leader]
+    cluster.kill_broker(dead)
+    wait_until(lambda: sorted(leader_of(admin, topic_name)[1]) == sorted([leader, stalled]), what="B out of the ISR")
+    stalled_pid = cluster._pid(f"broker-{stalled}")
+    os.kill(stalled_pid, signal.SIGSTOP)  # a long GC pause: it stops fetching, its session lives on for a while
+    try:
+        described = wait_until(lambda: (lambda p: p if list(p.isr) == [leader] else None)(
+            admin.describe_topics([topic_name])[0].partitions[0]), timeout_s=20, what="A out of the ISR")
+        assert list(described.elr) == [stalled], f"A should be an eligible leader, ELR is {described.elr}"
+        cluster.kill_broker(leader)
+        before, after = drop_unflushed_tail(cluster, leader, topic_name, 0)
+        assert after < before, "the test needs the crashed leader to lose committed records"
+    finally:
+        os.kill(stalled_pid, signal.SIGCONT)
+    assert wait_until(lambda: leader_of(admin, topic_name)[0] == stalled, what="the ELR member to lead")
+    cluster.start_broker(leader)  # back after an unclean shutdown, with less data: must not lead, must catch up
+    values = read_all(cluster.bootstrap_servers, topic_name)
+    assert [v for v in (b"c%d" % i for i in range(500)) if v not in set(values)] == []
+    wait_until(lambda: leader in leader_of(admin, topic_name)[1], what="the crashed leader to re-sync and rejoin")
+    assert leader_of(admin, topic_name)[0] == stalled
+    admin.close()
