@@ -128,8 +128,8 @@ class AdminHandlers:
         plans = [self._plan_topic(entry) for entry in requests]
         membership = self._membership()
         results = []
-        for name, partitions, replication_factor, assignment, config in plans:
-            membership.create_topic(name, partitions, replication_factor, assignment, config)
+        for name, partitions, replication_factor, assignment, config, observers in plans:
+            membership.create_topic(name, partitions, replication_factor, assignment, config, observers)
             results.append({"topic": name, "error_code": 0})
         return {"error_code": 0, "topics": results}
 
@@ -150,7 +150,11 @@ class AdminHandlers:
         if replication_factor < 1:
             raise InvalidReplicationFactorError(f"replication factor must be >= 1, got {replication_factor}")
         config = validate_topic_config(entry.get("config") or {}, replication_factor)
-        return name, partitions, replication_factor, assignment, config
+        observers = entry.get("observers") or []
+        if not (isinstance(observers, list) and all(isinstance(b, int) for b in observers)) \
+                or len(set(observers)) != len(observers):
+            raise InvalidRequestError("observers must be a list of distinct broker ids")
+        return name, partitions, replication_factor, assignment, config, observers
 
     def handle_delete_topics(self, body: dict[str, Any]) -> dict[str, Any]:
         names = wire.require(body, "topics", list, "delete_topics")

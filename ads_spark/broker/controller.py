@@ -433,9 +433,10 @@ class Controller(ReassignmentRuntime):
 
     # ---- requests from admin handlers ------------------------------------------------
 
-    def new_topic_assignment(self, partitions: int, replication_factor: int) -> dict[int, list[int]]:
+    def new_topic_assignment(self, partitions: int, replication_factor: int,
+                             exclude: set[int] | None = None) -> dict[int, list[int]]:
         brokers = self.zk.live_brokers()
-        racks = {b: info.get("rack") for b, info in brokers.items()}
+        racks = {b: info.get("rack") for b, info in brokers.items() if b not in (exclude or set())}
         return assign_replicas(partitions, replication_factor, racks)
 
 

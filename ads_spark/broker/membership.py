@@ -113,8 +113,12 @@ class ZkMembership:
     # ---- admin writes ------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
-                     assignment: list[list[int]] | None, config: dict[str, str]) -> None:
+                     assignment: list[list[int]] | None, config: dict[str, str],
+                     observers: list[int] | None = None) -> None:
         live = self.zk.live_brokers()
+        observers = list(observers or [])
+        if set(observers) - set(live):
+            raise InvalidReplicaAssignmentError(f"observers {sorted(set(observers) - set(live))} are not alive")
         if assignment is not None:
             unknown = sorted({b for replicas in assignment for b in replicas} - set(live))
             if unknown:
@@ -123,8 +127,10 @@ class ZkMembership:
                 raise InvalidReplicaAssignmentError("every partition needs the same number of distinct replicas")
             plan = {number: list(replicas) for number, replicas in enumerate(assignment)}
         else:
-            plan = self.controller.new_topic_assignment(partitions, replication_factor)
-        self.zk.create_topic(name, plan, config)
+            plan = self.controller.new_topic_assignment(partitions, replication_factor, exclude=set(observers))
+        if any(set(replicas) & set(observers) for replicas in plan.values()):
+            raise InvalidReplicaAssignmentError("a broker cannot hold both a replica and an observer of a partition")
+        self.zk.create_topic(name, plan, config, observers={p: observers for p in plan} if observers else None)
 
     def topic_exists(self, name: str) -> bool:
         return self.zk.read_topic(name) is not None

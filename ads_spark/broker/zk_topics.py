@@ -119,7 +119,8 @@ class ZkTopics:
     def create_topic(self, topic: str, assignment: Mapping[int, Sequence[int]],
                      config: Mapping[str, str] | None = None,
                      initial_states: Mapping[int, PartitionStateZnode] | None = None,
-                     controller_epoch: ControllerEpoch | None = None) -> str:
+                     controller_epoch: ControllerEpoch | None = None,
+                     observers: Mapping[int, Sequence[int]] | None = None) -> str:
         """Create the topic in one transaction; return its new topic id.
 
         Each partition starts with ``initial_states[p]`` or, by default, its
@@ -132,7 +133,8 @@ class ZkTopics:
             raise TopicAlreadyExistsError(f"topic '{topic}' is marked for deletion; retry once it is gone")
         epoch = controller_epoch or self.controller_epoch()
         topic_id = str(uuid.uuid4())
-        znode = TopicAssignmentZnode(topic_id, {int(p): tuple(int(b) for b in r) for p, r in assignment.items()})
+        znode = TopicAssignmentZnode(topic_id, {int(p): tuple(int(b) for b in r) for p, r in assignment.items()},
+                                     {int(p): tuple(int(b) for b in r) for p, r in (observers or {}).items()})
         config_value = encode_json({"version": 1, "config": {str(k): str(v) for k, v in (config or {}).items()}})
         stale_config = self._read(topic_config_path(topic))
 

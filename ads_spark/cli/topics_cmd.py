@@ -20,6 +20,8 @@ def register(commands) -> None:
     create.add_argument("--replication-factor", type=int, default=None)
     create.add_argument("--config", action="append", default=[], metavar="K=V")
     create.add_argument("--replica-assignment", default=None, help="1:2:3,2:3:1")
+    create.add_argument("--observers", default=None, metavar="4,5",
+                        help="brokers that hold a non-voting replica of every partition (never in the ISR, never lead)")
     create.set_defaults(func=create_topic)
     listing = actions.add_parser("list")
     add_bootstrap(listing)
@@ -64,8 +66,9 @@ def create_topic(args) -> int:
     assignment = parse_assignment(args.replica_assignment) if args.replica_assignment else None
     if assignment is None and (args.partitions is None or args.replication_factor is None):
         raise InvalidRequestError("give --partitions and --replication-factor, or --replica-assignment")
+    observers = [int(b) for b in args.observers.split(",")] if args.observers else None
     admin.create_topic(args.topic, args.partitions or 0, args.replication_factor or 0,
-                       config=parse_overrides(args.config), replica_assignment=assignment)
+                       config=parse_overrides(args.config), replica_assignment=assignment, observers=observers)
     print(f"Created topic {args.topic}.")
     return 0
 

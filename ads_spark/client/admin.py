@@ -36,10 +36,11 @@ class Admin:
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                      config: dict[str, str] | None = None, replica_assignment: list[list[int]] | None = None,
-                     timeout_s: float = 30) -> None:
+                     timeout_s: float = 30, observers: list[int] | None = None) -> None:
+        """``observers``: brokers holding a non-voting replica of every partition (replicate, never lead)."""
         body = {"topics": [{"topic": name, "partitions": partitions, "replication_factor": replication_factor,
                             "config": {k: str(v) for k, v in (config or {}).items()},
-                            "replica_assignment": replica_assignment}]}
+                            "replica_assignment": replica_assignment, "observers": observers}]}
         self._check(self._connections.call_any(wire.ACTION_CREATE_TOPICS, body))
         self._wait(lambda: self._all_led(name, partitions if not replica_assignment else len(replica_assignment)),
                    timeout_s, f"topic '{name}' to get a leader for every partition")

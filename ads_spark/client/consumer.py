@@ -192,7 +192,7 @@ class Consumer:
         """KIP-392: an in-sync replica on this consumer's rack (it serves up to its own HW), else None."""
         if not self.client_rack:
             return None
-        for replica in meta.isr:
+        for replica in (*meta.isr, *meta.observers):  # observers serve remote readers (below their HW)
             try:
                 address = self._connections.broker(replica)
             except AdsError:

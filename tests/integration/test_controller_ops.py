@@ -9,6 +9,7 @@ comes back and catches up, leadership should return to it: on demand with
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 import pytest
@@ -172,4 +173,38 @@ def test_reassignment_raises_rf_then_moves_a_replica_with_no_loss(fresh_cluster,
     check = ads(cluster, "verify-replicas", "--topic", topic_name)
     assert check.returncode == 0 and "2000 offsets" in check.stdout, check.stdout + check.stderr
     assert not (cluster.dir / f"broker-{first}" / "data" / f"{topic_name}-0").exists()  # removed replica deleted
+    admin.close()
+
+
+def test_observers_replicate_but_never_join_the_isr_nor_lead(fresh_cluster, topic_name):
+    """Broker 4 observes every partition: it copies the data, stays out of the ISR, is never elected,
+    and serves readers on its rack up to the HW it knows."""
+    from ads_spark.client import Consumer, Producer, TopicPartition
+
+    cluster = fresh_cluster(4, racks=["a", "a", "a", "remote"])
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+    created = ads(cluster, "topics", "create", "--topic", topic_name, "--partitions", "2", "--replication-factor",
+                  "2", "--observers", "4", "--config", "min.insync.replicas=1")
+    assert created.returncode == 0, created.stdout + created.stderr
+    for _, replicas, isr in leaders(admin, topic_name).values():
+        assert 4 not in replicas and 4 not in isr
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        futures = [producer.produce(topic_name, value=b"o%d" % i, partition=0) for i in range(100)]
+    assert all(f.exception() is None for f in futures)
+    described = ads(cluster, "topics", "describe", "--topic", topic_name)
+    assert "Observers: 4" in described.stdout, described.stdout
+    remote = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "client.rack": "remote"})
+    try:
+        values = wait_until(lambda: (lambda t: t if t.num_rows == 100 else None)(
+            remote.fetch_arrow(TopicPartition(topic_name, 0), 0, 100)), what="the observer to serve its rack")
+        assert values.column("value").to_pylist() == [b"o%d" % i for i in range(100)]
+    finally:
+        remote.close()
+    leader, replicas, _ = leaders(admin, topic_name)[0]
+    cluster.kill_broker(leader)
+    survivor = next(r for r in replicas if r != leader)
+    assert wait_until(lambda: leaders(admin, topic_name)[0][0] == survivor, what="failover to the other replica")
+    cluster.kill_broker(survivor)
+    time.sleep(8)  # a session timeout and more: the observer, the only live copy, must not be elected
+    assert leaders(admin, topic_name)[0][0] == -1
     admin.close()
