@@ -79,7 +79,9 @@ class _StateCollector:
                 ("ads_leader_elections", "leader changes written by this broker's controller",
                  getattr(controller, "elections", 0)),
                 ("ads_unclean_leader_elections", "unclean elections written by this broker's controller",
-                 getattr(controller, "unclean_elections", 0))):
+                 getattr(controller, "unclean_elections", 0)),
+                ("ads_leader_election_seconds", "time this broker's controller spent writing and pushing decisions",
+                 getattr(controller, "election_seconds", 0.0))):
             yield CounterMetricFamily(name, help_text, value=value)
         yield leo
         yield size

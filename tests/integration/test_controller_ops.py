@@ -208,3 +208,38 @@ def test_observers_replicate_but_never_join_the_isr_nor_lead(fresh_cluster, topi
     time.sleep(8)  # a session timeout and more: the observer, the only live copy, must not be elected
     assert leaders(admin, topic_name)[0][0] == -1
     admin.close()
+
+
+def test_controller_failover_resumes_every_duty_and_metrics_follow(fresh_cluster, topic_name):
+    """Kill the controller's broker: another broker takes over (higher epoch), elects leaders for what the
+    dead one led, creates new topics, and the metrics endpoints report the under-replicated partitions."""
+    from tests.integration.test_replication_failover import scrape
+
+    cluster = fresh_cluster(3)
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 5000})
+    admin.create_topic(topic_name, partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
+    wait_until(lambda: all(len(isr) == 3 for _, _, isr in leaders(admin, topic_name).values()), what="full ISRs")
+    old = wait_until(lambda: admin.cluster().get("controller_id"), what="a controller")
+    assert scrape(cluster, old, "ads_active_controller_count") == 1
+    cluster.kill_broker(old)
+    new = wait_until(lambda: (lambda c: c if c not in (None, -1, old) else None)(admin.cluster().get("controller_id")),
+                     what="a new controller")
+    wait_until(lambda: all(leader not in (old, -1) for leader, _, _ in leaders(admin, topic_name).values()),
+               what="every partition led by a live broker")
+    second = topic_name + "-after"
+    admin.create_topic(second, partitions=2, replication_factor=2)  # waits until every partition has a leader
+    live = [b for b in (1, 2, 3) if b != old]
+    assert scrape(cluster, new, "ads_active_controller_count") == 1
+    assert sum(scrape(cluster, b, "ads_active_controller_count") for b in live) == 1
+    assert scrape(cluster, new, "ads_offline_partitions_count") == 0
+    assert scrape(cluster, new, "ads_leader_elections_total") >= 1  # at least the dead controller's leaderships
+    assert scrape(cluster, new, "ads_leader_election_seconds_total") > 0
+    wait_until(lambda: sum(scrape(cluster, b, "ads_under_replicated_partitions") for b in live) == 3,
+               what="3 under-replicated partitions reported by their leaders")
+    under = ads(cluster, "topics", "describe", "--topic", topic_name, "--under-replicated-partitions")
+    assert under.stdout.count("Partition:") == 3, under.stdout
+    cluster.start_broker(old)
+    wait_until(lambda: sum(scrape(cluster, b, "ads_under_replicated_partitions") for b in (1, 2, 3)) == 0,
+               what="no under-replicated partition once the old controller is back")
+    assert admin.cluster().get("controller_id") == new  # it did not take the role back
+    admin.close()

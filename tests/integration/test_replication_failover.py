@@ -211,6 +211,7 @@ def test_offline_until_unclean_election_is_enabled_and_the_loss_is_counted(fresh
                                cluster.bootstrap_servers, "--topic", topic_name, "--unavailable-partitions"],
                               capture_output=True, text=True, timeout=60)
     assert "Leader: none" in describe.stdout, describe.stdout + describe.stderr
+    assert scrape(cluster, follower, "ads_offline_partitions_count") == 1  # the only live broker is the controller
 
     admin.alter_configs(topic_name, {"unclean.leader.election.enable": "true"})
     assert wait_until(lambda: leader_of(admin, topic_name)[0] == follower, what="the unclean election")
