@@ -15,6 +15,7 @@ from typing import Any
 from ads_spark.client import wire
 from ads_spark.config import TOPIC_KEYS, validate_topic_config
 from ads_spark.errors import (
+    BrokerNotAvailableError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -114,6 +115,9 @@ class AdminHandlers:
         names = body.get("topics")
         if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
             raise InvalidRequestError("metadata: 'topics' must be a list of names or null")
+        if self.broker.metadata.controller_epoch < 0:
+            # Just started: it knows no topic yet, and "no such topic" would be a wrong answer.
+            raise BrokerNotAvailableError(f"broker {self.broker.broker_id} has no metadata from the controller yet")
         result = self.broker.metadata.to_json()
         topics = self.broker.metadata.describe(names)
         if not body.get("include_config"):

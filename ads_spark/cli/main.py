@@ -16,7 +16,7 @@ from ads_spark.errors import AdsError
 
 def build_parser() -> argparse.ArgumentParser:
     from ads_spark.cli import (
-        cluster_cmd, data_cmd, election_cmd, reassign_cmd, server_cmd, topics_cmd, verify_cmd,
+        chaos_cmd, cluster_cmd, data_cmd, election_cmd, reassign_cmd, server_cmd, topics_cmd, verify_cmd,
     )
 
     parser = argparse.ArgumentParser(prog="ads", description="ADS: a replicated log for Spark")
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.register(commands)
     election_cmd.register(commands)
     reassign_cmd.register(commands)
+    chaos_cmd.register(commands)
     return parser
 
 

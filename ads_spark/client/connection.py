@@ -122,7 +122,7 @@ class Connections:
         for host, port in candidates:
             try:
                 return self.call_action(host, port, action, body, timeout_ms)
-            except (NetworkExceptionError, RequestTimedOutError) as exc:  # down, or stalled (a long pause)
+            except (NetworkExceptionError, RequestTimedOutError, BrokerNotAvailableError) as exc:  # down, stalled, new
                 last = exc
         raise last or NetworkExceptionError("no broker reachable")
 

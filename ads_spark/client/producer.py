@@ -348,6 +348,9 @@ class Producer:
         return error.retriable or (self.idempotent and error.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
     def _finish_locked(self, item: ProducerBatch, base_offset: int | None, error: AdsError | None) -> None:
+        if error is not None:
+            # How many times the batch went out: after more than one, a failure cannot prove it is not stored.
+            error.attempts = item.attempts
         self._undelivered -= item.record_count
         item.complete(base_offset, error)
 

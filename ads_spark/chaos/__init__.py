@@ -1,0 +1,1 @@
+"""Fault injection in the style of Jepsen: workload, nemeses, the queue checker and the report."""

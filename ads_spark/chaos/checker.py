@@ -1,0 +1,141 @@
+"""The queue checker of a fault-injection run, pure: what was acknowledged against what can be read.
+
+Modelled on Jepsen's Kafka queue checker. Inputs are plain records of what the
+workload saw; the verdict counts:
+
+* lost: acknowledged (ok with an offset), then not readable at the end;
+* unseen: sent with an unknown outcome (timed out) and not readable (not an error);
+* duplicated: one value stored at two offsets;
+* inconsistent_offsets: one offset holding different values in different reads
+  (the final read, consumers, an acknowledgement's offset);
+* non_monotonic: a consumer that saw offsets of one partition go backwards;
+* aborted_reads: a value whose send definitely failed, yet readable;
+* replica_divergence: replicas whose batches differ below their common HW;
+* availability: the share of acks=all sends that succeeded, and the longest
+  stretch without a successful send (with the nemesis active then, its cause).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    value: bytes
+    partition: int
+    outcome: str  # OK, FAILED (a definite error) or UNKNOWN (timed out: may or may not be stored)
+    offset: int  # the acknowledged offset when ok, else -1
+    started_s: float
+    ended_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class NemesisWindow:
+    name: str
+    started_s: float
+    ended_s: float
+
+
+@dataclass
+class Verdict:
+    acknowledged: int = 0
+    lost: int = 0
+    unseen: int = 0
+    duplicated: int = 0
+    inconsistent_offsets: int = 0
+    non_monotonic: int = 0
+    aborted_reads: int = 0
+    replica_divergence: int = 0
+    availability: float = 1.0
+    longest_outage_s: float = 0.0
+    longest_outage_cause: str = "none"
+    examples: dict[str, list] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not (self.lost or self.duplicated or self.inconsistent_offsets or self.non_monotonic
+                    or self.aborted_reads or self.replica_divergence)
+
+    def to_json(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "examples"}
+        out["valid"] = self.valid
+        out["examples"] = {k: [repr(x) for x in v[:5]] for k, v in self.examples.items()}
+        return out
+
+
+def check(attempts: Sequence[Attempt], final_reads: Mapping[int, Sequence[tuple[int, bytes]]],
+          consumer_reads: Sequence[Sequence[tuple[int, int, bytes]]] = (),
+          replica_batches: Mapping[int, Mapping[int, Sequence[tuple]]] | None = None,
+          nemesis: Sequence[NemesisWindow] = (), run_window_s: tuple[float, float] | None = None) -> Verdict:
+    """``final_reads``: partition -> (offset, value) of everything readable at the end;
+    ``consumer_reads``: per consumer, (partition, offset, value) in the order seen;
+    ``replica_batches``: partition -> broker -> batches below that replica's HW."""
+    v = Verdict()
+    stored: dict[bytes, list[tuple[int, int]]] = {}
+    at_offset: dict[tuple[int, int], set[bytes]] = {}
+    for partition, rows in final_reads.items():
+        for offset, value in rows:
+            stored.setdefault(value, []).append((partition, offset))
+            at_offset.setdefault((partition, offset), set()).add(value)
+    for reads in consumer_reads:
+        last: dict[int, int] = {}
+        for partition, offset, value in reads:
+            at_offset.setdefault((partition, offset), set()).add(value)
+            if offset < last.get(partition, -1):
+                v.non_monotonic += 1
+                v.examples.setdefault("non_monotonic", []).append((partition, last[partition], offset))
+            last[partition] = offset
+    for attempt in attempts:
+        places = stored.get(attempt.value, [])
+        if attempt.outcome == OK:
+            v.acknowledged += 1
+            at_offset.setdefault((attempt.partition, attempt.offset), set()).add(attempt.value)
+            if not places:
+                v.lost += 1
+                v.examples.setdefault("lost", []).append((attempt.partition, attempt.offset, attempt.value))
+        elif attempt.outcome == UNKNOWN and not places:
+            v.unseen += 1
+        elif attempt.outcome == FAILED and places:
+            v.aborted_reads += 1
+            v.examples.setdefault("aborted_reads", []).append(attempt.value)
+    for value, places in stored.items():
+        if len(places) > 1:
+            v.duplicated += 1
+            v.examples.setdefault("duplicated", []).append((value, places))
+    for key, values in at_offset.items():
+        if len(values) > 1:
+            v.inconsistent_offsets += 1
+            v.examples.setdefault("inconsistent_offsets", []).append((key, sorted(values)))
+    v.replica_divergence = _divergence(replica_batches or {}, v)
+    _availability(attempts, nemesis, run_window_s, v)
+    return v
+
+
+def _divergence(replica_batches: Mapping[int, Mapping[int, Sequence[tuple]]], v: Verdict) -> int:
+    diverged = 0
+    for partition, by_broker in replica_batches.items():
+        views = list(by_broker.values())
+        common = min((len(b) for b in views), default=0)
+        if any(list(b[:common]) != list(views[0][:common]) for b in views[1:]):
+            diverged += 1
+            v.examples.setdefault("replica_divergence", []).append(partition)
+    return diverged
+
+
+def _availability(attempts: Iterable[Attempt], nemesis: Sequence[NemesisWindow],
+                  run_window_s: tuple[float, float] | None, v: Verdict) -> None:
+    attempts = sorted(attempts, key=lambda a: a.ended_s)
+    if not attempts:
+        return
+    v.availability = sum(a.outcome == OK for a in attempts) / len(attempts)
+    start, end = run_window_s or (attempts[0].started_s, attempts[-1].ended_s)
+    successes = [start] + [a.ended_s for a in attempts if a.outcome == OK] + [end]
+    gap_start, gap = max(((successes[i], successes[i + 1] - successes[i]) for i in range(len(successes) - 1)),
+                         key=lambda pair: pair[1])
+    v.longest_outage_s = round(gap, 3)
+    causes = [w.name for w in nemesis if w.started_s <= gap_start + gap and w.ended_s >= gap_start]
+    v.longest_outage_cause = ", ".join(sorted(set(causes))) if causes else "no fault active"

@@ -1,0 +1,249 @@
+"""A fault-injection run: a local cluster, an acks=all workload, a seeded nemesis schedule, the checker.
+
+Process-level nemeses on 127.0.0.1 (network partitions need the network-namespace
+hosts that are not built yet, see the closing notes): ``kill-leader`` (SIGKILL a
+partition leader, restart it later), ``pause-leader`` (SIGSTOP/SIGCONT, a long GC
+pause), ``rolling-restart`` (SIGTERM and restart every broker in turn) and
+``mixed`` (a seeded random choice of those). Every fault is healed before the
+final reads, so every acknowledged record must be readable.
+
+Writes ``<out>/report.json`` (the checker's counts) and ``<out>/report.png``
+(latency of every send over time, coloured by outcome, faults shaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ads_spark.chaos.checker import FAILED, OK, UNKNOWN, Attempt, NemesisWindow, check
+from ads_spark.client import Admin, Consumer, Producer, TopicPartition, wire
+from ads_spark.client.connection import Connections
+from ads_spark.cluster import LocalCluster
+from ads_spark.errors import ErrorCode
+
+SCENARIOS = ("kill-leader", "pause-leader", "rolling-restart", "mixed")
+NEEDS_NAMESPACES = ("jepsen-2013", "jepsen-2013-unsafe", "partition-random", "last-replica-standing")
+TOPIC, PARTITIONS = "chaos", 3
+FAULT_GAP_S, FAULT_LENGTH_S = (2.0, 4.0), (2.0, 5.0)
+SENDS_IN_FLIGHT_MAX = 200
+HEAL_WAIT_S = 60.0
+
+
+class Workload:
+    """Unique values, acks=all, idempotent; every attempt's outcome recorded; consumers polling throughout."""
+
+    def __init__(self, bootstrap: str):
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                                  "delivery.timeout.ms": 15_000, "request.timeout.ms": 5_000})
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "request.timeout.ms": 5_000})
+        self.attempts: list[Attempt] = []
+        self.consumer_reads: list[tuple[int, int, bytes]] = []
+        self._stop = threading.Event()
+        self._in_flight = threading.Semaphore(SENDS_IN_FLIGHT_MAX)
+        self._threads = [threading.Thread(target=self._produce, daemon=True),
+                         threading.Thread(target=self._consume, daemon=True)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+        self.producer.flush(30)
+        self.producer.close(timeout=5)
+        self.consumer.close()
+
+    def _produce(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            if not self._in_flight.acquire(timeout=1):
+                continue
+            value, partition, started = f"v{n}".encode(), n % PARTITIONS, time.time()
+            n += 1
+            try:
+                future = self.producer.produce(TOPIC, value=value, partition=partition)
+            except Exception:  # refused before it was queued (e.g. metadata unavailable): never sent
+                self.attempts.append(Attempt(value, partition, FAILED, -1, started, time.time()))
+                self._in_flight.release()
+                time.sleep(0.05)
+                continue
+            future.add_done_callback(lambda f, v=value, p=partition, s=started: self._record(f, v, p, s))
+            time.sleep(0.002)
+
+    def _record(self, future, value: bytes, partition: int, started: float) -> None:
+        error = future.exception()
+        if error is None:
+            outcome, offset = OK, future.result().offset
+        else:  # definite only when refused before any append on the single attempt made; else it may be stored
+            definite = getattr(error, "attempts", 2) <= 1 and getattr(error, "code", None) == ErrorCode.NOT_ENOUGH_REPLICAS
+            outcome, offset = (FAILED if definite else UNKNOWN), -1
+        self.attempts.append(Attempt(value, partition, outcome, offset, started, time.time()))
+        self._in_flight.release()
+
+    def _consume(self) -> None:
+        positions = {p: 0 for p in range(PARTITIONS)}
+        while not self._stop.is_set():
+            for partition in range(PARTITIONS):
+                try:
+                    chunk = self.consumer.fetch_chunk(TopicPartition(TOPIC, partition), positions[partition],
+                                                      max_wait_ms=100)
+                except Exception:  # a fault is on: try again later
+                    time.sleep(0.2)
+                    continue
+                offsets = chunk.table.column("offset").to_pylist()
+                values = chunk.table.column("value").to_pylist()
+                self.consumer_reads.extend((partition, o, v) for o, v in zip(offsets, values))
+                positions[partition] = chunk.next_offset
+
+
+class Nemesis:
+    def __init__(self, cluster: LocalCluster, admin: Admin, rng: random.Random):
+        self.cluster, self.admin, self.rng = cluster, admin, rng
+        self.windows: list[NemesisWindow] = []
+
+    def _leader(self) -> int:
+        partition = self.admin.describe_topics([TOPIC])[0].partitions[self.rng.randrange(PARTITIONS)]
+        return partition.leader if partition.leader >= 0 else self.rng.choice(self.cluster.broker_ids())
+
+    def run_one(self, kind: str) -> None:
+        started = time.time()
+        if kind == "kill-leader":
+            victim = self._leader()
+            self.cluster.kill_broker(victim)
+            time.sleep(self.rng.uniform(*FAULT_LENGTH_S))
+            self.cluster.start_broker(victim)
+        elif kind == "pause-leader":
+            victim = self._leader()
+            pid = self.cluster._pid(f"broker-{victim}")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(self.rng.uniform(*FAULT_LENGTH_S))
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        elif kind == "rolling-restart":
+            for broker in self.cluster.broker_ids():
+                self.cluster.stop_broker(broker)
+                self.cluster.start_broker(broker)
+        self.windows.append(NemesisWindow(kind, started, time.time()))
+
+
+def run(scenario: str, duration_s: float, seed: int, out: Path, state_dir: Path | None = None) -> dict:
+    if scenario in NEEDS_NAMESPACES:
+        raise NotImplementedError(f"scenario {scenario!r} needs network partitions between hosts in network "
+                                  "namespaces, which are not built yet")
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS + NEEDS_NAMESPACES)}")
+    rng = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ads-chaos-") as tmp:
+        cluster = LocalCluster(state_dir or Path(tmp))
+        try:
+            cluster.up(brokers=3, overrides=["replica.lag.time.max.ms=3000"])
+            admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 3000})
+            admin.create_topic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})
+            verdict = _run_workload(cluster, admin, scenario, duration_s, rng)
+            admin.close()
+        finally:
+            cluster.down()
+    report = {"scenario": scenario, "seed": seed, "duration_s": duration_s, **verdict["verdict"]}
+    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
+    _plot(verdict["attempts"], verdict["windows"], out / "report.png", f"{scenario}, seed {seed}")
+    return report
+
+
+def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s: float, rng: random.Random):
+    workload, nemesis = Workload(cluster.bootstrap_servers), Nemesis(cluster, admin, rng)
+    began = time.time()
+    workload.start()
+    while time.time() - began < duration_s:
+        time.sleep(rng.uniform(*FAULT_GAP_S))
+        kind = rng.choice(SCENARIOS[:3]) if scenario == "mixed" else scenario
+        nemesis.run_one(kind)
+    time.sleep(2)
+    workload.stop()
+    ended = time.time()
+    _wait_healed(admin)
+    finals = _final_reads(cluster.bootstrap_servers)
+    verdict = check(workload.attempts, finals, [workload.consumer_reads], _replica_batches(cluster),
+                    nemesis.windows, (began, ended))
+    return {"verdict": verdict.to_json(), "attempts": workload.attempts, "windows": nemesis.windows,
+            "began": began}
+
+
+def _wait_healed(admin: Admin) -> None:
+    deadline = time.monotonic() + HEAL_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            if all(len(p.isr) == 3 for p in admin.describe_topics([TOPIC])[0].partitions):
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+
+
+def _final_reads(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    try:
+        out = {}
+        for partition in range(PARTITIONS):
+            tp = TopicPartition(TOPIC, partition)
+            start, high_watermark = consumer.get_watermark_offsets(tp)
+            table = consumer.fetch_arrow(tp, start, high_watermark)
+            out[partition] = list(zip(table.column("offset").to_pylist(), table.column("value").to_pylist()))
+        return out
+    finally:
+        consumer.close()
+
+
+def _replica_batches(cluster: LocalCluster) -> dict[int, dict[int, list]]:
+    """Every replica's batches below the smallest HW of the partition's replicas (they must agree)."""
+    connections = Connections({"bootstrap.servers": cluster.bootstrap_servers})
+    statuses: dict[int, dict[int, dict]] = {}
+    try:
+        for broker in cluster.state["brokers"]:
+            answer = connections.call_action("127.0.0.1", broker["port"], wire.ACTION_REPLICA_STATUS, {"topic": TOPIC})
+            for item in answer["partitions"]:
+                statuses.setdefault(item["partition"], {})[broker["id"]] = item
+    finally:
+        connections.close()
+    out = {}
+    for partition, by_broker in statuses.items():
+        common = min(s["high_watermark"] for s in by_broker.values())
+        out[partition] = {b: [tuple(x) for x in s["batches"] if x[0] + x[1] <= common] for b, s in by_broker.items()}
+    return out
+
+
+def _plot(attempts, windows, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not attempts:
+        return
+    t0 = min(a.started_s for a in attempts)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    for window in windows:
+        ax.axvspan(window.started_s - t0, window.ended_s - t0, color="0.85", zorder=0)
+        ax.text(window.started_s - t0, 0.0, window.name, fontsize=7, rotation=90, va="bottom", color="0.35")
+    for outcome, colour in ((OK, "tab:blue"), (UNKNOWN, "tab:orange"), (FAILED, "tab:red")):
+        chosen = [a for a in attempts if a.outcome == outcome]
+        ax.scatter([a.started_s - t0 for a in chosen], [(a.ended_s - a.started_s) * 1000 for a in chosen], s=2,
+                   color=colour, label=f"{outcome} ({len(chosen)})")
+    ax.set_yscale("log")
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("acks=all send latency (ms)")
+    ax.set_title(title)
+    ax.legend(loc="upper right", markerscale=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
