@@ -134,10 +134,17 @@ def on_brokers_changed(views: Iterable[PartitionView], live: frozenset[int], fai
         new_isr = old_isr - failed
         # Dead brokers stay ELR-eligible (KIP-966) unless they came back unclean.
         new_elr = next_elr(old_isr, new_isr, old_elr, view.min_insync_replicas, unclean_restarted)
+        ineligible = unclean_restarted
+        if not new_isr and not new_elr and (old_isr | old_elr) & unclean_restarted:
+            # KIP-966's recovery from the last known ELR: no clean candidate is left, so the members that
+            # came back unclean are the best copies there are (they hold at least what they flushed).
+            # Excluding them would leave the partition offline for ever (e.g. every RF=1 partition).
+            new_elr = next_elr(old_isr, new_isr, old_elr, view.min_insync_replicas)
+            ineligible = frozenset()
         shrunk = replace(view, state=replace(cur, isr=tuple(new_isr), elr=tuple(new_elr)))
         leader_gone = cur.leader == NO_LEADER or cur.leader in failed or cur.leader not in live
         if leader_gone:
-            d = elect(shrunk, live, controller_epoch, unclean_restarted, reason="leader failed")
+            d = elect(shrunk, live, controller_epoch, ineligible, reason="leader failed")
             if d.new_state.leader == NO_LEADER and cur.leader == NO_LEADER and new_isr == old_isr \
                     and new_elr == old_elr:
                 continue  # still offline, nothing new to write

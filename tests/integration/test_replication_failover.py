@@ -280,3 +280,28 @@ def test_last_replica_standing_loses_nothing_kip966(fresh_cluster, topic_name):
     wait_until(lambda: leader in leader_of(admin, topic_name)[1], what="the crashed leader to re-sync and rejoin")
     assert leader_of(admin, topic_name)[0] == stalled
     admin.close()
+
+
+def test_offline_partition_comes_back_with_its_last_isr_member(fresh_cluster, topic_name):
+    """Unclean election off: when the last ISR member dies the partition is offline (not led by the stale
+    replica), and it is led again, with every acknowledged record, as soon as that ISR member returns."""
+    cluster = fresh_cluster(2, overrides=["replica.lag.time.max.ms=1500"])
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 3000})
+    admin.create_topic(topic_name, partitions=1, replication_factor=2, config={"min.insync.replicas": "1"})
+    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 2, what="a full ISR")
+    leader, _ = leader_of(admin, topic_name)
+    follower = 3 - leader
+    cluster.kill_broker(follower)
+    wait_until(lambda: leader_of(admin, topic_name)[1] == [leader], what="the ISR to shrink to the leader")
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        acked = [producer.produce(topic_name, value=b"a%d" % i, partition=0) for i in range(200)]
+    assert all(f.exception() is None for f in acked)
+    cluster.kill_broker(leader)
+    cluster.start_broker(follower)
+    time.sleep(3)
+    assert leader_of(admin, topic_name)[0] == -1  # the stale replica is alive but must not lead
+    cluster.start_broker(leader)
+    assert wait_until(lambda: leader_of(admin, topic_name)[0] == leader, what="the ISR member to lead again")
+    assert read_all(cluster.bootstrap_servers, topic_name) == [b"a%d" % i for i in range(200)]
+    wait_until(lambda: sorted(leader_of(admin, topic_name)[1]) == [1, 2], what="the stale replica to catch up")
+    admin.close()

@@ -75,3 +75,15 @@ def test_controlled_shutdown_moves_leadership_and_respects_min_isr():
     assert [d.new_state.leader for d in plan.decisions] == [2] and plan.refused == (("t", 1),)
     forced = E.controlled_shutdown([view(p=1, leader=1, isr=(1, 2))], 1, frozenset({1, 2, 3}), 3, force=True)
     assert forced.decisions[0].new_state.leader == 2 and forced.decisions[0].new_state.elr == (1,)
+
+
+def test_unclean_restart_is_skipped_while_a_clean_candidate_exists_but_not_when_it_is_the_last_copy():
+    # ISR {1} (the leader) and ELR {2}: broker 1 died and came back unclean -> 2 leads, 1 leaves the ELR too.
+    d, = E.on_brokers_changed([view(leader=-1, isr=(), elr=(1, 2))], frozenset({1, 2}), frozenset({1}),
+                              frozenset({1}), controller_epoch=7)
+    assert d.new_state.leader == 2 and 1 not in d.new_state.elr
+    # RF=1: the only replica died and came back unclean. Nobody clean is left: it must lead again
+    # (KIP-966's recovery from the last known ELR), not leave the partition offline for ever.
+    d, = E.on_brokers_changed([view(leader=-1, isr=(), elr=(1,), replicas=(1,), min_isr=1)], frozenset({1}),
+                              frozenset({1}), frozenset({1}), controller_epoch=7)
+    assert d.new_state.leader == 1
