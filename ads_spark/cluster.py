@@ -183,6 +183,10 @@ class LocalCluster:
                          "alive": pid_alive(self._pid(f"broker-{b['id']}"))} for b in self.state.get("brokers", [])],
         }
 
+    def broker_pid(self, broker_id: int) -> int | None:
+        """The pid of a broker this cluster started (None when it is not running)."""
+        return self._pid(f"broker-{broker_id}")
+
     def signal_broker(self, broker_id: int, signum: int) -> None:
         pid = self._pid(f"broker-{broker_id}")
         if pid_alive(pid):

@@ -150,18 +150,22 @@ class Controller(ReassignmentRuntime):
 
     def _view(self, topic: str, number: int, replicas, versioned) -> PartitionView:
         """The pure decision input for one partition, from its topic config and state znode."""
-        config = self.topics.get(topic, {}).get("config", {})
-        defaults = self.broker.config
         state = versioned.state
         return PartitionView(
             topic, number, tuple(int(r) for r in replicas),
             tuple(int(r) for r in self.topics.get(topic, {}).get("observers", {}).get(number, ())),
             LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
                          versioned.zk_version, state.controller_epoch),
-            min_insync_replicas=int(config.get("min.insync.replicas", defaults["min.insync.replicas"])),
-            unclean_leader_election_enable=_bool(config.get("unclean.leader.election.enable"),
-                                                 defaults["unclean.leader.election.enable"]),
+            **self._topic_settings(topic),
         )
+
+    def _topic_settings(self, topic: str) -> dict[str, Any]:
+        """The topic configs the decisions read, overrides over the broker defaults."""
+        config = self.topics.get(topic, {}).get("config", {})
+        defaults = self.broker.config
+        return {"min_insync_replicas": int(config.get("min.insync.replicas", defaults["min.insync.replicas"])),
+                "unclean_leader_election_enable": _bool(config.get("unclean.leader.election.enable"),
+                                                        defaults["unclean.leader.election.enable"])}
 
     # ---- events -----------------------------------------------------------------------
 
@@ -235,10 +239,9 @@ class Controller(ReassignmentRuntime):
         for name in self.zk.take_config_change_notifications():
             if name in self.topics:
                 self.topics[name]["config"] = self.zk.read_topic_config(name)
+                settings = self._topic_settings(name)
                 for key in [k for k in self.states if k[0] == name]:
-                    view = self.states[key]
-                    fresh = self._view(key[0], key[1], view.replicas, _Versioned(view.state))
-                    self.states[key] = fresh
+                    self.states[key] = replace(self.states[key], **settings)
                 # An offline partition may now be electable (e.g. unclean election was enabled).
                 self._elect_offline({k for k in self.states if k[0] == name})
         self._push_metadata_everywhere()
@@ -444,14 +447,6 @@ class Controller(ReassignmentRuntime):
         brokers = self.zk.live_brokers()
         racks = {b: info.get("rack") for b, info in brokers.items() if b not in (exclude or set())}
         return assign_replicas(partitions, replication_factor, racks)
-
-
-class _Versioned:
-    """A partition state already held as a pure value, in the shape ``_view`` reads."""
-
-    def __init__(self, state: LeaderAndIsr):
-        self.state = state
-        self.zk_version = state.partition_epoch
 
 
 def _bool(value: Any, default: bool) -> bool:

@@ -123,7 +123,7 @@ class Nemesis:
             self.cluster.start_broker(victim)
         elif kind == "pause-leader":
             victim = self._leader()
-            pid = self.cluster._pid(f"broker-{victim}")
+            pid = self.cluster.broker_pid(victim)
             os.kill(pid, signal.SIGSTOP)
             try:
                 time.sleep(self.rng.uniform(*FAULT_LENGTH_S))

@@ -262,7 +262,7 @@ def test_last_replica_standing_loses_nothing_kip966(fresh_cluster, topic_name):
     stalled, dead = [b for b in isr if b != leader]
     cluster.kill_broker(dead)
     wait_until(lambda: sorted(leader_of(admin, topic_name)[1]) == sorted([leader, stalled]), what="B out of the ISR")
-    stalled_pid = cluster._pid(f"broker-{stalled}")
+    stalled_pid = cluster.broker_pid(stalled)
     os.kill(stalled_pid, signal.SIGSTOP)  # a long GC pause: it stops fetching, its session lives on for a while
     try:
         described = wait_until(lambda: (lambda p: p if list(p.isr) == [leader] else None)(

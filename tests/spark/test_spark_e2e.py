@@ -26,18 +26,6 @@ def new_topic(admin, partitions: int, replication_factor: int = 1) -> str:
     return name
 
 
-@pytest.fixture(scope="module")
-def bootstrap(cluster):
-    return cluster.bootstrap_servers
-
-
-@pytest.fixture(scope="module")
-def admin(bootstrap):
-    from ads_spark.client import Admin
-
-    client = Admin({"bootstrap.servers": bootstrap})
-    yield client
-    client.close()
 
 
 def produce(bootstrap, topic, records):

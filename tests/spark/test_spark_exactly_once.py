@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.spark.test_spark_e2e import admin, bootstrap, new_topic, produce, reader  # noqa: F401 (fixtures)
+from tests.spark.test_spark_e2e import new_topic, produce, reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
