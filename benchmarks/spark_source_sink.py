@@ -138,6 +138,20 @@ def run_once(spark, bootstrap: str, admin: Admin, work: Path, records: int, sour
     return result
 
 
+def spark_session():
+    """local[2], quiet, with the ``ads-synthetic`` ceiling source registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("ads-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(synthetic_source_class())
+    return spark
+
+
 def summarise(samples: dict) -> list[dict]:
     rows = []
     for (system, case), values in sorted(samples.items()):
@@ -168,10 +182,6 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ads-spark-bench-") as state_dir:
@@ -183,11 +193,7 @@ def main() -> int:
             source_topic = f"bench-read-{uuid.uuid4().hex[:6]}"
             admin.create_topic(source_topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})
             fill_topic(cluster.bootstrap_servers, source_topic, args.records)
-            spark = (SparkSession.builder.master("local[2]").appName("ads-bench")
-                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.driver.memory", "2g").getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
-            spark.dataSource.register(synthetic_source_class())
+            spark = spark_session()
             samples: dict = {}
             for run in range(args.runs):
                 for key, value in run_once(spark, cluster.bootstrap_servers, admin, Path(state_dir),
