@@ -25,6 +25,7 @@ DIR/compare.json and DIR/compare.png.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -68,7 +69,9 @@ def start_systems(systems: list, statuses: dict) -> list:
         began = time.monotonic()
         try:
             bench.up()
-        except (PeerUnavailable, OSError, RuntimeError, TimeoutError, ImportError) as exc:
+        except Exception as exc:  # whatever stops a system from starting is reported, the rest still run
+            if not isinstance(exc, PeerUnavailable):
+                traceback.print_exc(file=sys.stderr)
             statuses[(bench.system, "*")] = f"unavailable: {exc}"
             print(f"{bench.system}: unavailable: {exc}", file=sys.stderr)
             continue
@@ -142,6 +145,9 @@ def run(args, work: Path) -> list[dict]:
         running = start_systems(systems, statuses)
         for run_index in range(args.runs):
             for bench in running:
+                # Something below the clients (gRPC/Flight, seen with ADS's) replaces the C-level SIGTERM action
+                # while leaving Python's record unchanged; re-installing ours keeps teardown on SIGTERM working.
+                signal.signal(signal.SIGTERM, _exit_on_first_sigterm)
                 began = time.monotonic()
                 measure_system(bench, args.records, args.rate_per_s, args.latency_s, samples, statuses)
                 print(f"run {run_index + 1}/{args.runs} {bench.system} done in {time.monotonic() - began:.0f}s",
@@ -153,9 +159,19 @@ def run(args, work: Path) -> list[dict]:
         if not args.no_spark and ads in running:
             spark_phase(ads, work, args.spark_records, args.runs, samples, statuses)
     finally:
-        for bench in systems:
-            bench.down()  # each down is idempotent and acts only on what that system started
+        for bench in systems:  # each down is idempotent and acts only on what that system started
+            try:
+                bench.down()
+            except Exception:
+                traceback.print_exc(file=sys.stderr)
     return compare_report.summarise(samples, statuses)
+
+
+def _exit_on_first_sigterm(signum, frame) -> None:
+    """SIGTERM unwinds like Ctrl-C so run()'s finally tears every cluster down; a second one must not cut that short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(128 + signum)
 
 
 def parse_args(argv: list[str] | None = None):
@@ -180,6 +196,7 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_first_sigterm)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
