@@ -8,6 +8,17 @@ long-lived Flight ``do_put`` stream per broker (pipelined, at most
 each batch's futures when its response arrives. Retriable errors refresh
 metadata and resend the same batch, bounded by ``delivery.timeout.ms``; a batch
 retried is put back at the head of its partition's queue so order is kept.
+
+Idempotence: batches are numbered per partition. When a batch fails for good
+(its delivery timeout passed, or a non-retriable error), its sequence numbers
+are a hole the broker will wait for forever: every later batch would be
+refused as out of order. So, as Kafka's producer does since KIP-360, once that
+partition has nothing in flight the producer bumps its epoch for the partition
+and numbers the queued batches from 0 again; a queued batch that may already
+have been written under the old numbering (one of its attempts ended without a
+definite refusal) is failed instead of resent, so the reset never duplicates.
+A caller-chosen identity (``ads.producer.id``) is never reset: its numbering
+must be the same on every replay.
 """
 
 from __future__ import annotations
@@ -35,6 +46,12 @@ from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, conform_produce_batch
 log = logging.getLogger("ads.client.producer")
 
 BUFFERED_RECORDS_MAX = 1_000_000  # produce() blocks past this many undelivered records
+# Answers that prove the broker did not append the batch on that attempt.
+REFUSED_BEFORE_APPEND = frozenset({
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.UNKNOWN_PRODUCER_ID,
+    ErrorCode.CORRUPT_MESSAGE,
+})
 
 
 class RecordMetadata(NamedTuple):
@@ -61,6 +78,7 @@ class ProducerBatch:
     retry_not_before_ms: int = 0
     base_sequence: int = -1  # idempotence: fixed when the batch is queued, the same on every retry
     last_error: AdsError | None = None  # the last retriable error, reported if the deadline passes
+    maybe_written: bool = False  # an attempt ended without a definite refusal: it may be in the log
 
     def complete(self, base_offset: int | None, error: AdsError | None) -> None:
         if self.arrow_future is not None:
@@ -129,6 +147,9 @@ class Producer:
             if self._producer_id < 0 or self._producer_epoch < 0:
                 raise InvalidRequestError("ads.producer.id and ads.producer.epoch must be >= 0")
         self._next_sequence: dict[tuple[str, int], int] = {}
+        self._resets_sequences = self.idempotent and self.config.get("ads.producer.id") is None
+        self._partition_epoch: dict[tuple[str, int], int] = {}  # after a reset; else the producer's epoch
+        self._sequence_unresolved: set[tuple[str, int]] = set()  # a batch failed: reset once none in flight
         self._lock = threading.Condition()
         self._open: dict[tuple[str, int], _OpenBatch] = {}
         self._ready: dict[tuple[str, int], deque[ProducerBatch]] = {}
@@ -291,8 +312,12 @@ class Producer:
                 self._send(item)
 
     def _take_sendable_locked(self, now: int) -> list[ProducerBatch]:
+        for key in [k for k in self._sequence_unresolved if self._in_flight.get(k, 0) == 0]:
+            self._reset_sequences_locked(key)
         taken = []
         for key, queue in self._ready.items():
+            if key in self._sequence_unresolved:
+                continue
             while queue and self._in_flight.get(key, 0) < self.max_in_flight:
                 head = queue[0]
                 if head.retry_not_before_ms > now:
@@ -300,10 +325,32 @@ class Producer:
                 queue.popleft()
                 if head.deadline_ms <= now:
                     self._finish_locked(head, None, _expired(head, key, self.delivery_timeout_ms))
+                    if key in self._sequence_unresolved:
+                        break
                     continue
                 self._in_flight[key] = self._in_flight.get(key, 0) + 1
                 taken.append(head)
         return taken
+
+    def _reset_sequences_locked(self, key: tuple[str, int]) -> None:
+        """A new epoch for the partition, its queued batches renumbered from 0 (see the module docstring)."""
+        self._sequence_unresolved.discard(key)
+        if self._producer_id >= 0:
+            self._partition_epoch[key] = self._partition_epoch.get(key, self._producer_epoch) + 1
+        kept: deque[ProducerBatch] = deque()
+        for item in self._ready.get(key, ()):
+            if item.maybe_written:
+                error = item.last_error or RequestTimedOutError(f"{key[0]}-{key[1]}: outcome unknown")
+                self._finish_locked(item, None, error, unresolved=False)
+            else:
+                kept.append(item)
+        sequence = 0
+        for item in kept:
+            item.base_sequence, sequence = sequence, sequence + item.record_count
+        self._next_sequence[key] = sequence
+        self._ready[key] = kept
+        log.info("%s-%s: sequences reset after a failed batch (epoch %s)", key[0], key[1],
+                 self._partition_epoch.get(key, self._producer_epoch))
 
     def _send(self, item: ProducerBatch) -> None:
         item.attempts += 1
@@ -313,7 +360,9 @@ class Producer:
             channel = self._channel_for(meta.leader)
             channel.send(item, {"topic": item.topic, "partition": item.partition, "acks": self.acks,
                                 "timeout_ms": self.request_timeout_ms, "producer_id": self._producer_id,
-                                "producer_epoch": self._producer_epoch, "base_sequence": item.base_sequence},
+                                "producer_epoch": self._partition_epoch.get((item.topic, item.partition),
+                                                                            self._producer_epoch),
+                                "base_sequence": item.base_sequence},
                          self._on_response)
         except Exception as exc:
             self._on_response(item, None, wire.to_ads_error(exc))
@@ -331,6 +380,8 @@ class Producer:
         with self._lock:
             key = (item.topic, item.partition)
             self._in_flight[key] = max(0, self._in_flight.get(key, 0) - 1)
+            if error is not None and getattr(error, "code", None) not in REFUSED_BEFORE_APPEND:
+                item.maybe_written = True
             if error is not None and self._may_retry(error) and not self._closed and now_ms() < item.deadline_ms:
                 item.last_error = error
                 self._connections.mark_stale()
@@ -347,10 +398,13 @@ class Producer:
         # first; the broker's sequence check keeps the log in order and free of duplicates.
         return error.retriable or (self.idempotent and error.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
-    def _finish_locked(self, item: ProducerBatch, base_offset: int | None, error: AdsError | None) -> None:
+    def _finish_locked(self, item: ProducerBatch, base_offset: int | None, error: AdsError | None,
+                       unresolved: bool = True) -> None:
         if error is not None:
             # How many times the batch went out: after more than one, a failure cannot prove it is not stored.
             error.attempts = item.attempts
+            if self._resets_sequences and unresolved:
+                self._sequence_unresolved.add((item.topic, item.partition))
         self._undelivered -= item.record_count
         item.complete(base_offset, error)
 

@@ -125,11 +125,11 @@ def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_pr
     follower = next(b for b in leader_of(admin, topic_name)[1] if b != new_leader)
     cluster.kill_broker(follower)
     wait_until(lambda: leader_of(admin, topic_name)[1] == [new_leader], what="the ISR to shrink to the leader")
-    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
-                   "delivery.timeout.ms": 3_000, "request.timeout.ms": 2_000}) as refused:
-        future = refused.produce(topic_name, value=b"refused", partition=0)
-        refused.flush(10)
-        assert isinstance(future.exception(), (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError))
+    refused = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                        "delivery.timeout.ms": 3_000, "request.timeout.ms": 2_000})
+    future = refused.produce(topic_name, value=b"refused", partition=0)
+    refused.flush(10)
+    assert isinstance(future.exception(), (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError))
     values = read_all(cluster.bootstrap_servers, topic_name)
     lost = [v for v in writer.acked if v not in set(values)]
     assert not lost, f"{len(lost)} acknowledged values lost, e.g. {lost[:5]}"
@@ -140,6 +140,12 @@ def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_pr
     cluster.start_broker(old_leader)
     cluster.start_broker(follower)
     wait_until(lambda: sorted(leader_of(admin, topic_name)[1]) == [1, 2, 3], what="the ISR to grow back to 3")
+    # The same idempotent producer writes again: the refused batch's sequence numbers are not a hole
+    # the leader waits for (the producer bumped its epoch for the partition and renumbered).
+    after = refused.produce(topic_name, value=b"after-refusal", partition=0)
+    refused.flush(20)
+    assert after.exception(timeout=1) is None, after.exception()
+    refused.close()
     verify = subprocess.run([sys.executable, "-m", "ads_spark.cli.main", "verify-replicas", "--bootstrap-server",
                              cluster.bootstrap_servers, "--topic", topic_name],
                             capture_output=True, text=True, timeout=60)
