@@ -23,6 +23,7 @@ from ads_spark.client import wire
 from ads_spark.client.connection import Connections
 from ads_spark.errors import ErrorCode
 from ads_spark.replication.assignment import assign_replicas, partitions_to_rebalance
+from ads_spark.broker.controller_channel import BrokerRequestChannel
 from ads_spark.broker.controller_reassign import ReassignmentRuntime
 from ads_spark.replication import election
 from ads_spark.replication.election import Decision, PartitionView
@@ -32,6 +33,7 @@ log = logging.getLogger("ads.controller")
 
 EVENT_QUEUE_MAX = 10_000
 BROKER_REQUEST_TIMEOUT_MS = 15_000
+CHANNEL_DRAIN_S = 5.0
 
 
 class Controller(ReassignmentRuntime):
@@ -49,6 +51,7 @@ class Controller(ReassignmentRuntime):
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._connections: Connections | None = None
+        self._channels: dict[int, BrokerRequestChannel] = {}  # one sender per live broker
         self.reassignments: dict[tuple[str, int], tuple[int, ...]] = {}  # partition -> target replicas
         self.throttles: dict[tuple[str, int], int] = {}  # catch-up bytes/s for replicas outside the ISR
         self.elections = 0  # leader changes this controller wrote (for metrics)
@@ -66,6 +69,12 @@ class Controller(ReassignmentRuntime):
         self._stopping.set()
         self.enqueue("stop", lambda: None)
         self._thread.join(5)
+        # What this controller decided last (a controlled shutdown's leader moves) must still reach
+        # the brokers: let the senders drain, briefly.
+        deadline = time.monotonic() + CHANNEL_DRAIN_S
+        while time.monotonic() < deadline and any(c.pending() for c in list(self._channels.values())):
+            time.sleep(0.05)
+        self._close_channels(set(self._channels))
 
     def enqueue(self, name: str, action: Callable[[], None]) -> None:
         try:
@@ -100,6 +109,7 @@ class Controller(ReassignmentRuntime):
             return
         self.epoch, self.epoch_version = won
         self.active = True
+        self._close_channels(set(self._channels))  # queued under an older term
         log.info("broker %s is the controller (epoch %s)", self.broker_id, self.epoch)
         self._connections = Connections({"bootstrap.servers": f"{self.broker.host}:{self.broker.port}",
                                          "request.timeout.ms": BROKER_REQUEST_TIMEOUT_MS})
@@ -113,6 +123,7 @@ class Controller(ReassignmentRuntime):
 
     def _resign(self) -> None:
         self.active = False
+        self._close_channels(set(self._channels))
         try:
             self.zk.resign_controller(self.broker_id)
         except Exception:
@@ -179,6 +190,7 @@ class Controller(ReassignmentRuntime):
         arrived = {b for b in self.live if b not in before or b in gone}
         if gone:
             log.info("controller: brokers gone %s", sorted(gone))
+            self._close_channels(gone)
         # Back after an unclean shutdown (KIP-966): it may have lost its unflushed tail, so it leaves
         # every ELR too and leads again only after rejoining the ISR.
         unclean = {b for b in arrived if not self.live[b].get("clean_shutdown", True)}
@@ -334,13 +346,32 @@ class Controller(ReassignmentRuntime):
         self._send_leader_and_isr(set(self.states))
 
     def _call(self, broker_id: int, action: str, body: dict[str, Any]) -> None:
+        """Queue a request to a live broker (controller_channel says why this never waits for it)."""
         info = self.live.get(broker_id)
         if info is None or self._connections is None:
             return
-        try:
-            self._connections.call_action(info["host"], int(info["port"]), action, body, BROKER_REQUEST_TIMEOUT_MS)
-        except Exception as exc:  # that broker is going away; its session loss will be an event
-            log.warning("controller: %s to broker %s failed: %s", action, broker_id, exc)
+        key = (broker_id, int(info.get("broker_epoch", -1)))
+        channel = self._channels.get(broker_id)
+        if channel is None or channel.key != key:
+            if channel is not None:
+                channel.close()
+            channel = BrokerRequestChannel(key, info["host"], int(info["port"]), self._connections,
+                                           BROKER_REQUEST_TIMEOUT_MS, self._on_channel_overflow)
+            self._channels[broker_id] = channel
+        channel.send(action, body)
+
+    def _close_channels(self, broker_ids) -> None:
+        for broker_id in list(broker_ids):
+            channel = self._channels.pop(broker_id, None)
+            if channel is not None:
+                channel.close()
+
+    def _on_channel_overflow(self, broker_id: int) -> None:
+        def resend_everything() -> None:
+            if self.active and broker_id in self.live:
+                self._push_metadata_everywhere()
+                self._send_leader_and_isr(set(self.states), only_brokers={broker_id})
+        self.enqueue("resync-broker", resend_everything)
 
     def offline_partition_count(self) -> int:
         return sum(1 for view in list(self.states.values()) if view.state.leader < 0)

@@ -15,7 +15,7 @@ from typing import Any
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections, PartitionMetadata
 from ads_spark.client.consumer import Consumer, TopicPartition
-from ads_spark.errors import AdsError, RequestTimedOutError, error_for
+from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_for
 
 WAIT_POLL_INTERVAL_S = 0.1
 
@@ -114,9 +114,24 @@ class Admin:
                 raise error_for(item["error_code"], item.get("message", ""))
 
     def _all_led(self, name: str, partitions: int) -> bool:
+        """Every partition led, as seen by every live broker: the controller informs brokers one by one,
+        and "created" should mean that no broker still answers "no such topic"."""
         view = self._connections.refresh([name])
         found = view.topics.get(name, {})
-        return len(found) == partitions and all(p.leader >= 0 for p in found.values())
+        if not (len(found) == partitions and all(p.leader >= 0 for p in found.values())):
+            return False
+        for address in view.brokers.values():
+            try:
+                answer = self._connections.call_action(address.host, address.port, wire.ACTION_METADATA,
+                                                       {"topics": [name]})
+            except AdsError as exc:
+                if exc.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                    continue  # down or cut off: it answers nobody, so it cannot mislead anybody
+                raise
+            topic = next((t for t in answer.get("topics", []) if t.get("topic") == name), None)
+            if topic is None or topic.get("error_code") or len(topic.get("partitions", [])) != partitions:
+                return False
+        return True
 
     @staticmethod
     def _wait(predicate, timeout_s: float, what: str) -> None:
