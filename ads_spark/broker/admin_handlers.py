@@ -118,6 +118,11 @@ class AdminHandlers:
         if self.broker.metadata.controller_epoch < 0:
             # Just started: it knows no topic yet, and "no such topic" would be a wrong answer.
             raise BrokerNotAvailableError(f"broker {self.broker.broker_id} has no metadata from the controller yet")
+        if self.broker.zk is not None and not self.broker.zk.zk.connected:
+            # Cut off from ZooKeeper, this broker would keep naming itself leader of partitions the controller
+            # may already have moved: clients that can still reach it must ask another broker.
+            raise BrokerNotAvailableError(f"broker {self.broker.broker_id} is not connected to ZooKeeper; "
+                                          "its metadata may be stale")
         result = self.broker.metadata.to_json()
         topics = self.broker.metadata.describe(names)
         if not body.get("include_config"):
