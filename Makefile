@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]'
 	@bash scripts/ensure-java.sh
+	@bash scripts/ensure-netns-tools.sh
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -6,6 +6,10 @@ group with a pid file in the state dir; ``down`` (and ``kill``) act only on
 those pids, so nothing else on the machine is touched and nothing is left
 behind. Ports are chosen at run time and kept in ``cluster.json`` so a restart
 comes back on the same addresses.
+
+With a ``network`` (ads_spark.chaos.hosts.TestNetwork) each process runs on a
+test host of its own (host ``zk`` and ``b<id>``), listening on that host's
+address; the caller must then itself run on a host of that network.
 """
 
 from __future__ import annotations
@@ -49,9 +53,17 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+ZOOKEEPER_HOST, HOSTED_ZOOKEEPER_PORT, HOSTED_BROKER_PORT = "zk", 2181, 9092
+
+
+def broker_host_name(broker_id: int) -> str:
+    return f"b{broker_id}"
+
+
 class LocalCluster:
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, network=None):
         self.dir = Path(state_dir).resolve()
+        self.network = network
         self.state: dict[str, Any] = {}
         state_file = self.dir / STATE_FILE
         if state_file.exists():
@@ -67,7 +79,10 @@ class LocalCluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{b['port']}" for b in self.state.get("brokers", []))
+        return ",".join(f"{self.broker_address(b['id'])}:{b['port']}" for b in self.state.get("brokers", []))
+
+    def broker_address(self, broker_id: int) -> str:
+        return self.network.address(broker_host_name(broker_id)) if self.network else "127.0.0.1"
 
     @property
     def zookeeper_connect(self) -> str:
@@ -89,10 +104,14 @@ class LocalCluster:
            overrides: list[str] | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self.state:
-            self.state = {"zookeeper": zookeeper or f"127.0.0.1:{free_port()}",
+            hosted = self.network is not None
+            zookeeper_default = (f"{self.network.address(ZOOKEEPER_HOST)}:{HOSTED_ZOOKEEPER_PORT}" if hosted
+                                 else f"127.0.0.1:{free_port()}")
+            self.state = {"zookeeper": zookeeper or zookeeper_default,
                           "embedded_zookeeper": zookeeper is None, "overrides": list(overrides or []),
-                          "brokers": [{"id": i, "port": free_port(), "rack": racks[(i - 1) % len(racks)] if racks
-                                       else None} for i in range(1, brokers + 1)]}
+                          "brokers": [{"id": i, "port": HOSTED_BROKER_PORT if hosted else free_port(),
+                                       "rack": racks[(i - 1) % len(racks)] if racks else None}
+                                      for i in range(1, brokers + 1)]}
             self._save()
         if self.state.get("embedded_zookeeper") and not pid_alive(self._pid("zookeeper")):
             self._start_zookeeper(timeout_s)
@@ -101,9 +120,10 @@ class LocalCluster:
                 self.start_broker(broker["id"], wait=False)
         self.wait_for_brokers(self.broker_ids(), timeout_s)
 
-    def _spawn(self, name: str, argv: list[str]) -> int:
+    def _spawn(self, name: str, argv: list[str], host: str | None = None) -> int:
         log_file = open(self.dir / f"{name}.log", "ab")
-        process = subprocess.Popen([sys.executable, "-m", "ads_spark.cli.main", *argv], stdout=log_file,
+        on_host = self.network.exec_prefix(host) if self.network and host else []
+        process = subprocess.Popen([*on_host, sys.executable, "-m", "ads_spark.cli.main", *argv], stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                    cwd=self.dir)
         log_file.close()
@@ -111,13 +131,13 @@ class LocalCluster:
         return process.pid
 
     def _start_zookeeper(self, timeout_s: float) -> None:
-        port = int(self.state["zookeeper"].rsplit(":", 1)[1])
+        host, port = self.state["zookeeper"].rsplit(":", 1)[0], int(self.state["zookeeper"].rsplit(":", 1)[1])
         self._spawn("zookeeper", ["zookeeper", "start", "--data-dir", str(self.dir / "zookeeper"),
-                                  "--port", str(port)])
+                                  "--port", str(port), "--host", host], host=ZOOKEEPER_HOST)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                with socket.create_connection((host, port), timeout=1) as sock:
                     sock.sendall(b"ruok")
                     if sock.recv(4) == b"imok":
                         return
@@ -135,7 +155,7 @@ class LocalCluster:
         broker = next(b for b in self.state["brokers"] if b["id"] == broker_id)
         home = self.dir / f"broker-{broker_id}"
         home.mkdir(parents=True, exist_ok=True)
-        lines = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://127.0.0.1:{broker['port']}",
+        lines = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://{self.broker_address(broker_id)}:{broker['port']}",
                  f"log.dirs={home / 'data'}", f"zookeeper.connect={self.state['zookeeper']}/ads",
                  "zookeeper.session.timeout.ms=6000", "replica.lag.time.max.ms=10000",
                  "replica.fetch.wait.max.ms=200", "metrics.port=0"]
@@ -143,7 +163,8 @@ class LocalCluster:
             lines.append(f"broker.rack={broker['rack']}")
         lines += self.state.get("overrides", [])
         self.broker_config_path(broker_id).write_text("\n".join(lines) + "\n")
-        self._spawn(f"broker-{broker_id}", ["broker", "start", "--config", str(self.broker_config_path(broker_id))])
+        self._spawn(f"broker-{broker_id}", ["broker", "start", "--config", str(self.broker_config_path(broker_id))],
+                    host=broker_host_name(broker_id))
         if wait:
             self.wait_for_brokers([broker_id], timeout_s)
 
@@ -179,7 +200,7 @@ class LocalCluster:
             "bootstrap_servers": self.bootstrap_servers, "zookeeper": self.state.get("zookeeper"),
             "zookeeper_alive": pid_alive(self._pid("zookeeper")) if self.state.get("embedded_zookeeper") else None,
             "brokers": [{"id": b["id"], "pid": self._pid(f"broker-{b['id']}"),
-                         "address": f"127.0.0.1:{b['port']}", "rack": b.get("rack"),
+                         "address": f"{self.broker_address(b['id'])}:{b['port']}", "rack": b.get("rack"),
                          "alive": pid_alive(self._pid(f"broker-{b['id']}"))} for b in self.state.get("brokers", [])],
         }
 

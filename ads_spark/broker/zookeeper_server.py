@@ -5,7 +5,8 @@ pyspark wheel, with the Java Spark itself would use (``JAVA_HOME``, else ``java`
 on ``PATH``), so ADS needs no separate ZooKeeper download. Production points
 ``zookeeper.connect`` at an existing ensemble instead.
 
-The server listens on 127.0.0.1 only, has the admin HTTP server off, allows the
+The server listens on 127.0.0.1 (or, for the fault-injection hosts, on the address
+of its own network namespace), has the admin HTTP server off, allows the
 ``ruok`` and ``srvr`` four-letter words (used to tell when it is serving), and
 logs quietly to ``zookeeper.log`` in its data dir. It runs in its own process
 group so that stopping it leaves nothing behind.
@@ -49,7 +50,7 @@ initLimit=10
 syncLimit=5
 dataDir={data_dir}
 clientPort={port}
-clientPortAddress=127.0.0.1
+clientPortAddress={host}
 maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
@@ -141,8 +142,9 @@ def is_serving(port: int, host: str = "127.0.0.1") -> bool:
     return "Mode:" in four_letter_word(port, "srvr", host=host)
 
 
-def render_zoo_cfg(data_dir: Path, port: int, force_sync: bool = True) -> str:
-    return ZOO_CFG_TEMPLATE.format(data_dir=data_dir.resolve(), port=port, force_sync="yes" if force_sync else "no")
+def render_zoo_cfg(data_dir: Path, port: int, force_sync: bool = True, host: str = "127.0.0.1") -> str:
+    return ZOO_CFG_TEMPLATE.format(data_dir=data_dir.resolve(), port=port, host=host,
+                                   force_sync="yes" if force_sync else "no")
 
 
 def java_command(java: str, data_dir: Path, zoo_cfg: Path) -> list[str]:
@@ -164,13 +166,13 @@ def java_command(java: str, data_dir: Path, zoo_cfg: Path) -> list[str]:
     ]
 
 
-def prepare(data_dir: Path, port: int, force_sync: bool = True) -> tuple[list[str], int]:
+def prepare(data_dir: Path, port: int, force_sync: bool = True, host: str = "127.0.0.1") -> tuple[list[str], int]:
     """Create the data dir and zoo.cfg; return the command line and the port actually used."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
+    port = port or free_port(host)
     zoo_cfg = data_dir / "zoo.cfg"
-    zoo_cfg.write_text(render_zoo_cfg(data_dir, port, force_sync))
+    zoo_cfg.write_text(render_zoo_cfg(data_dir, port, force_sync, host))
     return java_command(find_java(), data_dir, zoo_cfg), port
 
 
@@ -277,18 +279,18 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def run_foreground(data_dir: Path | str, port: int = 2181, force_sync: bool = True) -> None:
+def run_foreground(data_dir: Path | str, port: int = 2181, force_sync: bool = True, host: str = "127.0.0.1") -> None:
     """``ads zookeeper start``: become the ZooKeeper process (exec), so signals reach it directly.
 
     The caller's process group, pid file and SIGTERM then apply to ZooKeeper
     itself, and nothing of ours is left to orphan it.
     """
     try:
-        argv, port = prepare(Path(data_dir), port, force_sync)
+        argv, port = prepare(Path(data_dir), port, force_sync, host)
     except JavaNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-    print(f"ZooKeeper on 127.0.0.1:{port}, data in {Path(data_dir).resolve()}, "
+    print(f"ZooKeeper on {host}:{port}, data in {Path(data_dir).resolve()}, "
           f"log in {Path(data_dir).resolve() / LOG_FILE_NAME}", flush=True)
     sys.stderr.flush()
     os.execv(argv[0], argv)

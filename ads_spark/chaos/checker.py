@@ -11,8 +11,9 @@ workload saw; the verdict counts:
 * non_monotonic: a consumer that saw offsets of one partition go backwards;
 * aborted_reads: a value whose send definitely failed, yet readable;
 * replica_divergence: replicas whose batches differ below their common HW;
-* availability: the share of acks=all sends that succeeded, and the longest
-  stretch without a successful send (with the nemesis active then, its cause).
+* availability: the share of the run's seconds in which some acks=all send
+  succeeded (``ok_share``: the share of sends that did), and per partition the
+  longest stretch without a successful send, with the faults active then.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Attempt:
     offset: int  # the acknowledged offset when ok, else -1
     started_s: float
     ended_s: float
+    error: str = ""  # the error's type when not ok (for the report; the checker does not judge it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +53,12 @@ class Verdict:
     aborted_reads: int = 0
     replica_divergence: int = 0
     availability: float = 1.0
+    ok_share: float = 1.0
     longest_outage_s: float = 0.0
+    longest_outage_partition: int = -1
     longest_outage_cause: str = "none"
+    outages: list = field(default_factory=list)  # the longest few: [partition, start_s, length_s, cause]
+    errors: dict = field(default_factory=dict)  # error type -> sends that ended with it
     examples: dict[str, list] = field(default_factory=dict)
 
     @property
@@ -126,16 +132,33 @@ def _divergence(replica_batches: Mapping[int, Mapping[int, Sequence[tuple]]], v:
     return diverged
 
 
+AVAILABILITY_BUCKET_S = 1.0
+OUTAGES_REPORTED = 5
+
+
 def _availability(attempts: Iterable[Attempt], nemesis: Sequence[NemesisWindow],
                   run_window_s: tuple[float, float] | None, v: Verdict) -> None:
     attempts = sorted(attempts, key=lambda a: a.ended_s)
     if not attempts:
         return
-    v.availability = sum(a.outcome == OK for a in attempts) / len(attempts)
+    for attempt in attempts:
+        if attempt.outcome != OK:
+            v.errors[attempt.error or attempt.outcome] = v.errors.get(attempt.error or attempt.outcome, 0) + 1
+    v.ok_share = sum(a.outcome == OK for a in attempts) / len(attempts)
     start, end = run_window_s or (attempts[0].started_s, attempts[-1].ended_s)
-    successes = [start] + [a.ended_s for a in attempts if a.outcome == OK] + [end]
-    gap_start, gap = max(((successes[i], successes[i + 1] - successes[i]) for i in range(len(successes) - 1)),
-                         key=lambda pair: pair[1])
-    v.longest_outage_s = round(gap, 3)
-    causes = [w.name for w in nemesis if w.started_s <= gap_start + gap and w.ended_s >= gap_start]
-    v.longest_outage_cause = ", ".join(sorted(set(causes))) if causes else "no fault active"
+    buckets = max(1, int((end - start) / AVAILABILITY_BUCKET_S + 0.999))
+    served = {int((a.ended_s - start) / AVAILABILITY_BUCKET_S) for a in attempts
+              if a.outcome == OK and start <= a.ended_s <= end}
+    v.availability = round(len(served & set(range(buckets))) / buckets, 4)
+    gaps = []
+    for partition in sorted({a.partition for a in attempts}):
+        successes = [start] + [a.ended_s for a in attempts
+                               if a.partition == partition and a.outcome == OK and start <= a.ended_s <= end] + [end]
+        gaps += [(successes[i + 1] - successes[i], successes[i], partition) for i in range(len(successes) - 1)]
+    gaps.sort(reverse=True)
+    for length, gap_start, partition in gaps[:OUTAGES_REPORTED]:
+        causes = sorted({w.name for w in nemesis if w.started_s <= gap_start + length and w.ended_s >= gap_start})
+        v.outages.append([partition, round(gap_start - start, 2), round(length, 2),
+                          ", ".join(causes) if causes else "no fault active"])
+    if v.outages:
+        v.longest_outage_partition, _, v.longest_outage_s, v.longest_outage_cause = v.outages[0]

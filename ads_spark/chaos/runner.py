@@ -1,11 +1,13 @@
-"""A fault-injection run: a local cluster, an acks=all workload, a seeded nemesis schedule, the checker.
+"""A fault-injection run: a cluster, an acks=all workload, a seeded nemesis schedule, the checker.
 
-Process-level nemeses on 127.0.0.1 (network partitions need the network-namespace
-hosts that are not built yet, see the closing notes): ``kill-leader`` (SIGKILL a
-partition leader, restart it later), ``pause-leader`` (SIGSTOP/SIGCONT, a long GC
-pause), ``rolling-restart`` (SIGTERM and restart every broker in turn) and
-``mixed`` (a seeded random choice of those). Every fault is healed before the
-final reads, so every acknowledged record must be readable.
+Process-level scenarios run on 127.0.0.1: ``kill-leader`` (SIGKILL a partition
+leader, restart it later), ``pause-leader`` (SIGSTOP/SIGCONT, a long GC pause),
+``rolling-restart`` (SIGTERM and restart every broker in turn). The scenarios
+that cut links (``jepsen-2013``, its unsafe negative control,
+``partition-random``, ``last-replica-standing``, and ``mixed`` when test hosts
+can be built) run on network-namespace test hosts (ads_spark.chaos.hosted).
+Every fault is healed before the final reads, so every acknowledged record must
+be readable, except in the negative control.
 
 Writes ``<out>/report.json`` (the checker's counts) and ``<out>/report.png``
 (latency of every send over time, coloured by outcome, faults shaded).
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import tempfile
 import threading
@@ -28,8 +31,12 @@ from ads_spark.client.connection import Connections
 from ads_spark.cluster import LocalCluster
 from ads_spark.errors import ErrorCode
 
-SCENARIOS = ("kill-leader", "pause-leader", "rolling-restart", "mixed")
-NEEDS_NAMESPACES = ("jepsen-2013", "jepsen-2013-unsafe", "partition-random", "last-replica-standing")
+PROCESS_SCENARIOS = ("kill-leader", "pause-leader", "rolling-restart")
+HOSTED_SCENARIOS = ("jepsen-2013", "jepsen-2013-unsafe", "partition-random", "last-replica-standing", "mixed")
+SCENARIOS = PROCESS_SCENARIOS + HOSTED_SCENARIOS
+SAFE_TOPIC_CONFIG = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+UNSAFE_TOPIC_CONFIG = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+BROKER_OVERRIDES = ["replica.lag.time.max.ms=3000"]
 TOPIC, PARTITIONS = "chaos", 3
 FAULT_GAP_S, FAULT_LENGTH_S = (2.0, 4.0), (2.0, 5.0)
 SENDS_IN_FLIGHT_MAX = 200
@@ -37,7 +44,12 @@ HEAL_WAIT_S = 60.0
 
 
 class Workload:
-    """Unique values, acks=all, idempotent; every attempt's outcome recorded; consumers polling throughout."""
+    """Unique values, acks=all, idempotent; every attempt's outcome recorded; consumers polling throughout.
+
+    Each partition has its own cap on sends in flight, so a partition that is
+    down (its sends wait out their delivery timeout) does not starve the others,
+    as independent Jepsen clients would not.
+    """
 
     def __init__(self, bootstrap: str):
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
@@ -45,8 +57,9 @@ class Workload:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "request.timeout.ms": 5_000})
         self.attempts: list[Attempt] = []
         self.consumer_reads: list[tuple[int, int, bytes]] = []
+        self.producing_stopped_s: float | None = None
         self._stop = threading.Event()
-        self._in_flight = threading.Semaphore(SENDS_IN_FLIGHT_MAX)
+        self._in_flight = [threading.Semaphore(SENDS_IN_FLIGHT_MAX // PARTITIONS) for _ in range(PARTITIONS)]
         self._threads = [threading.Thread(target=self._produce, daemon=True),
                          threading.Thread(target=self._consume, daemon=True)]
 
@@ -58,6 +71,7 @@ class Workload:
         self._stop.set()
         for thread in self._threads:
             thread.join(60)
+        self.producing_stopped_s = time.time()
         self.producer.flush(30)
         self.producer.close(timeout=5)
         self.consumer.close()
@@ -65,15 +79,17 @@ class Workload:
     def _produce(self) -> None:
         n = 0
         while not self._stop.is_set():
-            if not self._in_flight.acquire(timeout=1):
-                continue
-            value, partition, started = f"v{n}".encode(), n % PARTITIONS, time.time()
+            partition = n % PARTITIONS
             n += 1
+            if not self._in_flight[partition].acquire(blocking=False):
+                time.sleep(0.002 / PARTITIONS)
+                continue
+            value, started = f"v{n}".encode(), time.time()
             try:
                 future = self.producer.produce(TOPIC, value=value, partition=partition)
-            except Exception:  # refused before it was queued (e.g. metadata unavailable): never sent
-                self.attempts.append(Attempt(value, partition, FAILED, -1, started, time.time()))
-                self._in_flight.release()
+            except Exception as exc:  # refused before it was queued (e.g. metadata unavailable): never sent
+                self.attempts.append(Attempt(value, partition, FAILED, -1, started, time.time(), type(exc).__name__))
+                self._in_flight[partition].release()
                 time.sleep(0.05)
                 continue
             future.add_done_callback(lambda f, v=value, p=partition, s=started: self._record(f, v, p, s))
@@ -82,12 +98,14 @@ class Workload:
     def _record(self, future, value: bytes, partition: int, started: float) -> None:
         error = future.exception()
         if error is None:
-            outcome, offset = OK, future.result().offset
+            outcome, offset, error_name = OK, future.result().offset, ""
         else:  # definite only when refused before any append on the single attempt made; else it may be stored
             definite = getattr(error, "attempts", 2) <= 1 and getattr(error, "code", None) == ErrorCode.NOT_ENOUGH_REPLICAS
+            code = getattr(error, "code", None)
             outcome, offset = (FAILED if definite else UNKNOWN), -1
-        self.attempts.append(Attempt(value, partition, outcome, offset, started, time.time()))
-        self._in_flight.release()
+            error_name = code.name if isinstance(code, ErrorCode) else type(error).__name__
+        self.attempts.append(Attempt(value, partition, outcome, offset, started, time.time(), error_name))
+        self._in_flight[partition].release()
 
     def _consume(self) -> None:
         positions = {p: 0 for p in range(PARTITIONS)}
@@ -110,9 +128,23 @@ class Nemesis:
         self.cluster, self.admin, self.rng = cluster, admin, rng
         self.windows: list[NemesisWindow] = []
 
+    def leader_of(self, partition: int) -> int:
+        """The partition's leader now (any broker while it has none)."""
+        try:
+            leader = self.admin.describe_topics([TOPIC])[0].partitions[partition].leader
+        except Exception:  # metadata unavailable during a fault: pick any broker
+            leader = -1
+        return leader if leader >= 0 else self.rng.choice(self.cluster.broker_ids())
+
+    def controller(self) -> int:
+        try:
+            controller = int(self.admin.cluster().get("controller_id", -1))
+        except Exception:
+            controller = -1
+        return controller if controller >= 0 else self.rng.choice(self.cluster.broker_ids())
+
     def _leader(self) -> int:
-        partition = self.admin.describe_topics([TOPIC])[0].partitions[self.rng.randrange(PARTITIONS)]
-        return partition.leader if partition.leader >= 0 else self.rng.choice(self.cluster.broker_ids())
+        return self.leader_of(self.rng.randrange(PARTITIONS))
 
     def run_one(self, kind: str) -> None:
         started = time.time()
@@ -137,57 +169,115 @@ class Nemesis:
 
 
 def run(scenario: str, duration_s: float, seed: int, out: Path, state_dir: Path | None = None) -> dict:
-    if scenario in NEEDS_NAMESPACES:
-        raise NotImplementedError(f"scenario {scenario!r} needs network partitions between hosts in network "
-                                  "namespaces, which are not built yet")
+    """One run of ``scenario``; writes ``out``/report.json and report.png and returns the report."""
     if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS + NEEDS_NAMESPACES)}")
-    rng = random.Random(seed)
+        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    from ads_spark.chaos import hosted
+    from ads_spark.chaos.hosts import missing_requirements
+
+    if scenario in HOSTED_SCENARIOS and not (scenario == "mixed" and missing_requirements()):
+        return hosted.run_on_hosts(scenario, duration_s, seed, out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ads-chaos-") as tmp:
         cluster = LocalCluster(state_dir or Path(tmp))
-        try:
-            cluster.up(brokers=3, overrides=["replica.lag.time.max.ms=3000"])
-            admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 3000})
-            admin.create_topic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})
-            verdict = _run_workload(cluster, admin, scenario, duration_s, rng)
-            admin.close()
-        finally:
-            cluster.down()
-    report = {"scenario": scenario, "seed": seed, "duration_s": duration_s, **verdict["verdict"]}
-    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
-    _plot(verdict["attempts"], verdict["windows"], out / "report.png", f"{scenario}, seed {seed}")
+        report = execute(cluster, scenario, duration_s, seed, None, out / "logs")
+    return write_report(report, out)
+
+
+def topic_config(scenario: str) -> dict[str, str]:
+    return UNSAFE_TOPIC_CONFIG if scenario.endswith("-unsafe") else SAFE_TOPIC_CONFIG
+
+
+def _keep_logs(cluster_dir: Path, out_logs: Path | None) -> None:
+    if out_logs is None:
+        return
+    out_logs.mkdir(parents=True, exist_ok=True)
+    for log in cluster_dir.glob("*.log"):
+        shutil.copy(log, out_logs / log.name)
+
+
+def execute(cluster: LocalCluster, scenario: str, duration_s: float, seed: int, network,
+            out_logs: Path | None = None) -> dict:
+    """Bring the cluster up, run workload and nemesis, check; the cluster is down again on return."""
+    rng = random.Random(seed)
+    try:
+        cluster.up(brokers=3, overrides=BROKER_OVERRIDES)
+        admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 3000})
+        admin.create_topic(TOPIC, PARTITIONS, 3, config=topic_config(scenario))
+        nemesis = Nemesis(cluster, admin, rng)
+        if network is not None:
+            from ads_spark.chaos.network_nemesis import HostNemesis
+
+            nemesis = HostNemesis(cluster, network, rng, nemesis.leader_of, nemesis.controller, nemesis)
+        verdict = _run_workload(cluster, admin, scenario, duration_s, rng, nemesis)
+        admin.close()
+    finally:
+        cluster.down()
+        _keep_logs(cluster.dir, out_logs)
+    report = {"scenario": scenario, "seed": seed, "duration_s": duration_s, "hosts": network is not None,
+              "nemesis_windows": [[w.name, round(w.started_s - verdict["began"], 2),
+                                   round(w.ended_s - verdict["began"], 2)] for w in verdict["windows"]],
+              **verdict["verdict"]}
+    report["_attempts"], report["_windows"] = verdict["attempts"], verdict["windows"]
     return report
 
 
-def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s: float, rng: random.Random):
-    workload, nemesis = Workload(cluster.bootstrap_servers), Nemesis(cluster, admin, rng)
+def write_report(report: dict, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    attempts, windows = report.pop("_attempts", []), report.pop("_windows", [])
+    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
+    _plot(attempts, windows, out / "report.png", f"{report['scenario']}, seed {report['seed']}")
+    return report
+
+
+def _next_fault(scenario: str, nemesis, rng: random.Random) -> None:
+    from ads_spark.chaos import network_nemesis as nn
+
+    if scenario.startswith("jepsen-2013"):
+        return nemesis.jepsen_2013_cycle()
+    if scenario == "last-replica-standing":
+        return nemesis.last_replica_standing_cycle()
+    time.sleep(rng.uniform(*FAULT_GAP_S))
+    if scenario == "partition-random":
+        return nemesis.run_one(rng.choice(nn.PARTITION_KINDS))
+    if scenario == "mixed":
+        kinds = nn.MIXED_KINDS if hasattr(nemesis, "network") else PROCESS_SCENARIOS
+        return nemesis.run_one(rng.choice(kinds))
+    nemesis.run_one(scenario)
+
+
+def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s: float, rng: random.Random,
+                  nemesis):
+    workload = Workload(cluster.bootstrap_servers)
     began = time.time()
     workload.start()
     while time.time() - began < duration_s:
-        time.sleep(rng.uniform(*FAULT_GAP_S))
-        kind = rng.choice(SCENARIOS[:3]) if scenario == "mixed" else scenario
-        nemesis.run_one(kind)
+        _next_fault(scenario, nemesis, rng)
     time.sleep(2)
     workload.stop()
-    ended = time.time()
-    _wait_healed(admin)
+    ended = workload.producing_stopped_s
+    healed = _wait_healed(admin)
     finals = _final_reads(cluster.bootstrap_servers)
     verdict = check(workload.attempts, finals, [workload.consumer_reads], _replica_batches(cluster),
                     nemesis.windows, (began, ended))
-    return {"verdict": verdict.to_json(), "attempts": workload.attempts, "windows": nemesis.windows,
-            "began": began}
+    return {"verdict": {**verdict.to_json(), "healed": healed}, "attempts": workload.attempts,
+            "windows": nemesis.windows, "began": began}
 
 
-def _wait_healed(admin: Admin) -> None:
+def _wait_healed(admin: Admin) -> list:
+    """Until every partition has a leader and a full ISR (bounded); returns [partition, leader, isr] as last seen."""
     deadline = time.monotonic() + HEAL_WAIT_S
+    seen: list = []
     while time.monotonic() < deadline:
         try:
-            if all(len(p.isr) == 3 for p in admin.describe_topics([TOPIC])[0].partitions):
-                return
+            partitions = admin.describe_topics([TOPIC])[0].partitions
+            seen = [[p.partition, p.leader, sorted(p.isr)] for p in partitions]
+            if all(len(p.isr) == 3 and p.leader >= 0 for p in partitions):
+                break
         except Exception:
             pass
         time.sleep(0.5)
+    return seen
 
 
 def _final_reads(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
@@ -210,7 +300,8 @@ def _replica_batches(cluster: LocalCluster) -> dict[int, dict[int, list]]:
     statuses: dict[int, dict[int, dict]] = {}
     try:
         for broker in cluster.state["brokers"]:
-            answer = connections.call_action("127.0.0.1", broker["port"], wire.ACTION_REPLICA_STATUS, {"topic": TOPIC})
+            answer = connections.call_action(cluster.broker_address(broker["id"]), broker["port"],
+                                             wire.ACTION_REPLICA_STATUS, {"topic": TOPIC})
             for item in answer["partitions"]:
                 statuses.setdefault(item["partition"], {})[broker["id"]] = item
     finally:
@@ -234,7 +325,8 @@ def _plot(attempts, windows, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     for window in windows:
         ax.axvspan(window.started_s - t0, window.ended_s - t0, color="0.85", zorder=0)
-        ax.text(window.started_s - t0, 0.0, window.name, fontsize=7, rotation=90, va="bottom", color="0.35")
+        ax.text(window.started_s - t0, 0.02, window.name, fontsize=7, rotation=90, va="bottom", color="0.3",
+                transform=ax.get_xaxis_transform())
     for outcome, colour in ((OK, "tab:blue"), (UNKNOWN, "tab:orange"), (FAILED, "tab:red")):
         chosen = [a for a in attempts if a.outcome == outcome]
         ax.scatter([a.started_s - t0 for a in chosen], [(a.ended_s - a.started_s) * 1000 for a in chosen], s=2,

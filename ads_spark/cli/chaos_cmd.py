@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ads_spark.chaos.hosts import HostsUnavailableError
 from ads_spark.errors import InvalidRequestError
 
 
@@ -27,10 +28,11 @@ def chaos_run(args) -> int:
 
     try:
         report = runner.run(args.scenario, args.duration, args.seed, Path(args.out))
-    except (NotImplementedError, ValueError) as exc:
+    except (HostsUnavailableError, ValueError) as exc:
         raise InvalidRequestError(str(exc)) from None
     keys = ("acknowledged", "lost", "unseen", "duplicated", "inconsistent_offsets", "non_monotonic",
-            "aborted_reads", "replica_divergence", "availability", "longest_outage_s", "longest_outage_cause")
+            "aborted_reads", "replica_divergence", "availability", "ok_share", "longest_outage_s",
+            "longest_outage_partition", "longest_outage_cause", "errors")
     print(" ".join(f"{k}={report[k]}" for k in keys))
     print(f"report: {Path(args.out) / 'report.json'} and report.png")
     return 0 if report["valid"] else 1

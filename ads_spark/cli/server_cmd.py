@@ -21,6 +21,7 @@ def register(commands) -> None:
     zk_start = zk_actions.add_parser("start", help="run an embedded ZooKeeper in the foreground")
     zk_start.add_argument("--data-dir", required=True)
     zk_start.add_argument("--port", type=int, default=2181)
+    zk_start.add_argument("--host", default="127.0.0.1", help="address to listen on (a test host's own address)")
     zk_start.set_defaults(func=start_zookeeper)
 
     broker = commands.add_parser("broker", help="a broker process")
@@ -35,7 +36,7 @@ def register(commands) -> None:
 def start_zookeeper(args) -> int:
     from ads_spark.broker.zookeeper_server import run_foreground
 
-    run_foreground(Path(args.data_dir), args.port)
+    run_foreground(Path(args.data_dir), args.port, host=args.host)
     return 0
 
 

@@ -27,6 +27,6 @@ def test_short_run_loses_nothing(scenario, tmp_path):
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
-def test_scenarios_that_need_network_namespaces_say_so(tmp_path):
-    with pytest.raises(NotImplementedError, match="network namespaces"):
-        runner.run("jepsen-2013", duration_s=1, seed=1, out=tmp_path)
+def test_unknown_scenario_names_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match="unknown scenario 'jepsen-2014'; known: .*jepsen-2013-unsafe"):
+        runner.run("jepsen-2014", duration_s=1, seed=1, out=tmp_path)

@@ -34,5 +34,7 @@ def test_longest_outage_names_the_fault_active_then():
     attempts = [ok(b"a", 0, 1.0), Attempt(b"b", 0, FAILED, -1, 1.5, 2.0), ok(b"c", 1, 6.0), ok(b"d", 2, 6.5)]
     v = check(attempts, {0: [(0, b"a"), (1, b"c"), (2, b"d")]}, nemesis=[NemesisWindow("kill-leader", 1.2, 5.0)],
               run_window_s=(0.5, 7.0))
-    assert v.longest_outage_s == 5.0 and v.longest_outage_cause == "kill-leader"
-    assert v.availability == 0.75
+    assert (v.longest_outage_partition, v.longest_outage_s, v.longest_outage_cause) == (0, 5.0, "kill-leader")
+    assert v.ok_share == 0.75 and v.errors == {"failed": 1}
+    # seconds [0.5, 1.5), [5.5, 6.5) and [6.5, 7.0) saw a success; the 4 in between did not
+    assert v.availability == round(3 / 7, 4)
