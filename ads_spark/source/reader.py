@@ -2,7 +2,8 @@
 
 Owns what happens on the driver (look at the cluster, ask ``planning`` for
 offsets and ranges) and on executors (fetch one offset range as Arrow and hand it
-to Spark as record batches of the Kafka schema, never row by row).
+to Spark as record batches of the Kafka schema, never row by row, with the next
+fetch already running on a read-ahead thread: ``prefetch.py``).
 
 Readers are pickled to executors, so they hold only the parsed options and small
 plain values; clients come from ``clients.py`` inside ``read()`` and the planner
@@ -50,6 +51,7 @@ from ads_spark.source.planning import (
     split_ranges,
     timestamp_lookups,
 )
+from ads_spark.source.prefetch import read_ahead
 from ads_spark.source.schema import to_spark_batches
 
 log = logging.getLogger("ads.spark.source")
@@ -140,7 +142,7 @@ def _skip_to_log_start(admin, r: OffsetRange, position: int, fail_on_data_loss: 
 def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, OffsetRange):  # Spark's placeholder when there is nothing to read
         return iter(())
-    return read_range(options, partition)
+    return read_ahead(lambda: read_range(options, partition))
 
 
 # ---- batch --------------------------------------------------------------------------
