@@ -29,6 +29,7 @@ from ads_spark.errors import (
 
 METADATA_MAX_AGE_MS_DEFAULT = 300_000
 RETRY_BACKOFF_MS_DEFAULT = 100
+FAILED_BROKER_LAST_S = 30.0  # how long a broker that did not answer is asked last
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class Connections:
         self.metadata_max_age_ms = int(config.get("metadata.max.age.ms", METADATA_MAX_AGE_MS_DEFAULT))
         self._clients: dict[tuple[str, int], flight.FlightClient] = {}
         self._lock = threading.Lock()
+        self._failed_at: dict[tuple[str, int], float] = {}  # bounded by the brokers ever known
         self._view = ClusterView()
         self._stale = True
 
@@ -118,12 +120,24 @@ class Connections:
         candidates = [(b.host, b.port) for b in self._view.brokers.values()]
         random.shuffle(candidates)
         candidates += [a for a in self.bootstrap if a not in candidates]
+        # A broker that just failed to answer goes last: asking an unreachable one first costs a whole
+        # request timeout, on threads (a producer's sender) that every partition waits for.
+        now = time.monotonic()
+        with self._lock:
+            failed_at = dict(self._failed_at)
+        candidates.sort(key=lambda a: now - failed_at.get(a, -1e9) < FAILED_BROKER_LAST_S)
         last: AdsError | None = None
         for host, port in candidates:
             try:
-                return self.call_action(host, port, action, body, timeout_ms)
+                answer = self.call_action(host, port, action, body, timeout_ms)
             except (NetworkExceptionError, RequestTimedOutError, BrokerNotAvailableError) as exc:  # down, stalled, new
                 last = exc
+                with self._lock:
+                    self._failed_at[(host, port)] = time.monotonic()
+                continue
+            with self._lock:
+                self._failed_at.pop((host, port), None)
+            return answer
         raise last or NetworkExceptionError("no broker reachable")
 
     # ---- metadata ----------------------------------------------------------------

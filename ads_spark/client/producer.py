@@ -46,6 +46,10 @@ from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, conform_produce_batch
 log = logging.getLogger("ads.client.producer")
 
 BUFFERED_RECORDS_MAX = 1_000_000  # produce() blocks past this many undelivered records
+# A broker answers a produce within the request's timeout (acks=all: REQUEST_TIMED_OUT); past this
+# margin on top, the stream is taken for dead (producer_channel.fail_overdue).
+ANSWER_MARGIN_MS = 5_000
+OVERDUE_CHECK_INTERVAL_S = 0.1
 # Answers that prove the broker did not append the batch on that attempt.
 REFUSED_BEFORE_APPEND = frozenset({
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -296,7 +300,12 @@ class Producer:
         self._producer_id = int(answer["producer_id"])
 
     def _run_sender(self) -> None:
+        next_overdue_check = 0.0
         while True:
+            if time.monotonic() >= next_overdue_check:
+                next_overdue_check = time.monotonic() + OVERDUE_CHECK_INTERVAL_S
+                for channel in list(self._channels.values()):
+                    channel.fail_overdue()
             with self._lock:
                 if self._closed:
                     return
@@ -372,7 +381,7 @@ class Producer:
         if channel is None or channel.broken:
             address = self._connections.broker(broker_id)
             client = self._connections.client_for(address.host, address.port)
-            channel = BrokerChannel(client, broker_id, self.request_timeout_ms + self.delivery_timeout_ms)
+            channel = BrokerChannel(client, broker_id, self.request_timeout_ms + ANSWER_MARGIN_MS)
             self._channels[broker_id] = channel
         return channel
 

@@ -5,6 +5,20 @@ id in its app metadata; a reader thread matches the broker's responses (which
 may come back out of order, since acks=all completes when replication allows)
 to the batches that are waiting. If the stream breaks, every batch on it fails
 with a retriable network error and the producer resends it on a new stream.
+
+Two things keep one unreachable broker from stalling a producer (the
+jepsen-2013 runs showed every partition stopping while one leader was cut off):
+
+* ``send`` never blocks on the network. A writer thread of the channel's own
+  writes the queued batches, so a stream whose flow-control window is full
+  (the broker reads nothing) holds up only that broker's batches.
+* A broker answers every produce within its request timeout (acks=all answers
+  REQUEST_TIMED_OUT when replication does not complete), so a batch waiting
+  longer than ``answer_deadline_ms`` means the broker or the path to it is gone.
+  ``fail_overdue`` then breaks the channel: every waiting batch fails with a
+  retriable network error and the producer opens a new stream. The old
+  stream's threads stay blocked until gRPC gives up on it (the stream's own
+  deadline), holding nothing the producer waits for.
 """
 
 from __future__ import annotations
@@ -12,6 +26,8 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
+from collections import deque
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -24,36 +40,82 @@ from ads_spark.records import PRODUCE_SCHEMA
 log = logging.getLogger("ads.client.channel")
 
 Callback = Callable[[Any, int | None, AdsError | None], None]
+STREAM_DEADLINE_S = 30 * 60.0  # bounds how long an abandoned stream's threads can stay blocked
 
 
 class BrokerChannel:
-    def __init__(self, client: flight.FlightClient, broker_id: int, stream_timeout_ms: int):
+    def __init__(self, client: flight.FlightClient, broker_id: int, answer_deadline_ms: int):
         self.broker_id = broker_id
         self.broken = False
+        self.answer_deadline_s = answer_deadline_ms / 1000
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[Any, Callback]] = {}
-        self._lock = threading.Lock()
-        descriptor = flight.FlightDescriptor.for_command(wire.dumps({"type": wire.PRODUCE}))
-        # The stream lives as long as the producer uses it; the timeout only bounds a dead peer.
-        options = flight.FlightCallOptions(timeout=max(stream_timeout_ms, 60_000) / 1000 * 100)
-        self._writer, self._reader = client.do_put(descriptor, PRODUCE_SCHEMA, options)
+        # correlation id -> (item, callback, sent at); bounded by the producer's in-flight caps
+        self._waiting: dict[int, tuple[Any, Callback, float]] = {}
+        self._outbox: deque[tuple[pa.RecordBatch, pa.Buffer]] = deque()  # bounded like _waiting
+        self._lock = threading.Condition()
+        self._client = client
+        self._writer = self._reader = None  # opened by the writer thread: connecting may take long
         self._reader_thread = threading.Thread(target=self._read_responses, name=f"ads-produce-{broker_id}",
                                                daemon=True)
-        self._reader_thread.start()
+        self._writer_thread = threading.Thread(target=self._write_batches, name=f"ads-produce-w{broker_id}",
+                                               daemon=True)
+        self._writer_thread.start()
 
     def send(self, item: Any, meta: dict[str, Any], callback: Callback) -> None:
+        """Queue ``item.batch`` for the broker; ``callback`` gets its answer. Never waits for the network."""
         correlation_id = next(self._ids)
         meta = dict(meta, correlation_id=correlation_id)
         with self._lock:
             if self.broken:
                 raise NetworkExceptionError(f"produce stream to broker {self.broker_id} is closed")
-            self._waiting[correlation_id] = (item, callback)
+            self._waiting[correlation_id] = (item, callback, time.monotonic())
+            self._outbox.append((item.batch, pa.py_buffer(wire.dumps(meta))))
+            self._lock.notify_all()
+
+    def fail_overdue(self, now_s: float | None = None) -> bool:
+        """Break the channel if a batch has waited past the answer deadline; True if it did."""
+        now_s = time.monotonic() if now_s is None else now_s
+        with self._lock:
+            if self.broken or not self._waiting:
+                return False
+            oldest = min(sent for _, _, sent in self._waiting.values())
+            if now_s - oldest <= self.answer_deadline_s:
+                return False
+        self._fail_all(NetworkExceptionError(
+            f"no answer from broker {self.broker_id} within {self.answer_deadline_s:.0f}s; reconnecting"))
+        return True
+
+    def _open_stream(self) -> bool:
+        """The do_put stream, opened here and not by the producer's sender: towards a host that drops
+        packets, connecting blocks until gRPC's connect timeout, and only this broker's batches may wait."""
+        descriptor = flight.FlightDescriptor.for_command(wire.dumps({"type": wire.PRODUCE}))
+        try:
+            writer, reader = self._client.do_put(descriptor, PRODUCE_SCHEMA,
+                                                 flight.FlightCallOptions(timeout=STREAM_DEADLINE_S))
+        except Exception as exc:
+            self._fail_all(wire.to_ads_error(exc))
+            return False
+        with self._lock:
+            self._writer, self._reader = writer, reader
+        self._reader_thread.start()
+        return True
+
+    def _write_batches(self) -> None:
+        if not self._open_stream():
+            return
+        while True:
+            with self._lock:
+                while not self._outbox and not self.broken:
+                    self._lock.wait()
+                if self.broken:
+                    return
+                batch, meta = self._outbox.popleft()
             try:
-                self._writer.write_with_metadata(item.batch, pa.py_buffer(wire.dumps(meta)))
+                self._writer.write_with_metadata(batch, meta)
             except Exception as exc:
-                self._waiting.pop(correlation_id, None)
-                self._break_locked()
-                raise wire.to_ads_error(exc) from None
+                log.debug("produce stream to broker %s: write failed: %s", self.broker_id, exc)
+                self._fail_all(wire.to_ads_error(exc))
+                return
 
     def _read_responses(self) -> None:
         try:
@@ -66,7 +128,7 @@ class BrokerChannel:
                     waiting = self._waiting.pop(response.get("correlation_id"), None)
                 if waiting is None:
                     continue
-                item, callback = waiting
+                item, callback, _ = waiting
                 code = int(response.get("error_code", 0))
                 if code:
                     callback(item, None, error_for(code, response.get("message", "")))
@@ -74,26 +136,29 @@ class BrokerChannel:
                     callback(item, int(response["base_offset"]), None)
         except Exception as exc:
             log.debug("produce stream to broker %s failed: %s", self.broker_id, exc)
-        finally:
-            with self._lock:
-                self._break_locked()
-                stranded, self._waiting = list(self._waiting.values()), {}
-            for item, callback in stranded:
-                callback(item, None, NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}"))
+        self._fail_all(NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}"))
 
-    def _break_locked(self) -> None:
-        if self.broken:
-            return
-        self.broken = True
+    def _fail_all(self, error: AdsError) -> None:
+        """Mark broken and fail every waiting batch (retriable: the producer resends on a new stream)."""
+        with self._lock:
+            self.broken = True
+            stranded, self._waiting = list(self._waiting.values()), {}
+            self._outbox.clear()
+            self._lock.notify_all()
+        for item, callback, _ in stranded:
+            callback(item, None, error)
+
+    def close(self) -> None:
+        self._fail_all(NetworkExceptionError(f"produce stream to broker {self.broker_id} closed"))
+        self._writer_thread.join(1)
+        if self._writer_thread.is_alive() or self._writer is None:
+            return  # blocked connecting to or writing to a broker that reads nothing: abandon it
         try:
             self._writer.done_writing()
         except Exception:
             pass
-
-    def close(self) -> None:
-        with self._lock:
-            self._break_locked()
-        self._reader_thread.join(5)
+        if self._reader_thread.is_alive():
+            self._reader_thread.join(5)
         try:
             self._writer.close()
         except Exception:
