@@ -58,6 +58,7 @@ class Workload:
         self.attempts: list[Attempt] = []
         self.consumer_reads: list[tuple[int, int, bytes]] = []
         self.producing_stopped_s: float | None = None
+        self.error_examples: dict[str, str] = {}  # error type -> its first message (bounded by the types)
         self._stop = threading.Event()
         self._in_flight = [threading.Semaphore(SENDS_IN_FLIGHT_MAX // PARTITIONS) for _ in range(PARTITIONS)]
         self._threads = [threading.Thread(target=self._produce, daemon=True),
@@ -88,6 +89,7 @@ class Workload:
             try:
                 future = self.producer.produce(TOPIC, value=value, partition=partition)
             except Exception as exc:  # refused before it was queued (e.g. metadata unavailable): never sent
+                self.error_examples.setdefault(type(exc).__name__, str(exc)[:300])
                 self.attempts.append(Attempt(value, partition, FAILED, -1, started, time.time(), type(exc).__name__))
                 self._in_flight[partition].release()
                 time.sleep(0.05)
@@ -104,6 +106,7 @@ class Workload:
             code = getattr(error, "code", None)
             outcome, offset = (FAILED if definite else UNKNOWN), -1
             error_name = code.name if isinstance(code, ErrorCode) else type(error).__name__
+            self.error_examples.setdefault(error_name, str(error)[:300])
         self.attempts.append(Attempt(value, partition, outcome, offset, started, time.time(), error_name))
         self._in_flight[partition].release()
 
@@ -260,7 +263,8 @@ def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s
     finals = _final_reads(cluster.bootstrap_servers)
     verdict = check(workload.attempts, finals, [workload.consumer_reads], _replica_batches(cluster),
                     nemesis.windows, (began, ended))
-    return {"verdict": {**verdict.to_json(), "healed": healed}, "attempts": workload.attempts,
+    return {"verdict": {**verdict.to_json(), "healed": healed, "error_examples": workload.error_examples},
+            "attempts": workload.attempts,
             "windows": nemesis.windows, "began": began}
 
 
