@@ -30,13 +30,14 @@ import time
 import zlib
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import pyarrow as pa
 
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
+from ads_spark.client.delivery import BatchOutcome, DeliveryFuture, RecordMetadata
 from ads_spark.client.producer_channel import BrokerChannel
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
@@ -58,23 +59,13 @@ REFUSED_BEFORE_APPEND = frozenset({
 })
 
 
-class RecordMetadata(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
 @dataclass
 class ProducerBatch:
     topic: str
     partition: int
     batch: pa.RecordBatch | None = None
-    # Per-record futures for produce(); one future for produce_arrow().
-    futures: list[Future] = field(default_factory=list)
-    callbacks: list[Callable | None] = field(default_factory=list)
-    timestamps_ms: list[int] = field(default_factory=list)
-    arrow_future: Future | None = None
+    outcome: BatchOutcome | None = None  # produce(): what every record's future reads
+    arrow_future: Future | None = None  # produce_arrow(): one future for the batch
     record_count: int = 0
     created_ms: int = 0
     deadline_ms: int = 0
@@ -90,31 +81,23 @@ class ProducerBatch:
                 self.arrow_future.set_result(base_offset)
             else:
                 self.arrow_future.set_exception(error)
-        for index, fut in enumerate(self.futures):
-            meta = None if error else RecordMetadata(self.topic, self.partition, base_offset + index,
-                                                     self.timestamps_ms[index])
-            if error is None:
-                fut.set_result(meta)
-            else:
-                fut.set_exception(error)
-            callback = self.callbacks[index]
-            if callback is not None:
-                try:
-                    callback(error, meta)
-                except Exception:
-                    log.exception("delivery callback failed")
+        if self.outcome is not None:
+            self.outcome.complete(base_offset, error)  # O(1) unless callbacks were registered
 
 
-@dataclass
 class _OpenBatch:
-    keys: list = field(default_factory=list)
-    values: list = field(default_factory=list)
-    headers: list = field(default_factory=list)
-    timestamps_ms: list = field(default_factory=list)
-    futures: list = field(default_factory=list)
-    callbacks: list = field(default_factory=list)
-    size_bytes: int = 0
-    created_ms: int = 0
+    """Records of one partition not sealed yet, column by column (Arrow arrays are built at seal time)."""
+
+    __slots__ = ("keys", "values", "headers", "timestamps_ms", "outcome", "size_bytes", "created_ms")
+
+    def __init__(self, topic: str, partition: int, created_ms: int):
+        self.keys: list = []
+        self.values: list = []
+        self.headers: list = []
+        self.timestamps_ms: list[int] = []
+        self.outcome = BatchOutcome(topic, partition, self.timestamps_ms)
+        self.size_bytes = 0
+        self.created_ms = created_ms
 
 
 class Producer:
@@ -170,29 +153,39 @@ class Producer:
 
     def produce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
                 headers: list[tuple[str, bytes | str | None]] | dict | None = None, partition: int | None = None,
-                on_delivery: Callable | None = None, timestamp: int | None = None) -> Future:
+                on_delivery: Callable | None = None, timestamp: int | None = None) -> DeliveryFuture:
+        """Queue one record; the future's value is its ``RecordMetadata`` once acknowledged.
+
+        Hot path (issue #7): nothing here is per record beyond appending to the open
+        batch's lists; the future shares its batch's outcome, and the sender thread is
+        woken only when a batch is sealed (it polls open batches every ``linger.ms``).
+        """
         self._check_open()
-        key_bytes, value_bytes = _to_bytes(key), _to_bytes(value)
-        header_list = _normalize_headers(headers)
+        key_bytes = key if key is None or type(key) is bytes else _to_bytes(key)
+        value_bytes = value if value is None or type(value) is bytes else _to_bytes(value)
+        header_list = None if headers is None else _normalize_headers(headers)
         number = self._choose_partition(topic, key_bytes, partition)
-        future: Future = Future()
-        size = len(value_bytes or b"") + len(key_bytes or b"") + 16
+        size = (len(value_bytes) if value_bytes else 0) + (len(key_bytes) if key_bytes else 0) + 16
+        created_ms = time.time_ns() // 1_000_000
+        stamp_ms = timestamp if timestamp is not None else created_ms
         with self._lock:
-            self._lock.wait_for(lambda: self._undelivered < BUFFERED_RECORDS_MAX or self._closed, timeout=60)
+            if self._undelivered >= BUFFERED_RECORDS_MAX:
+                self._lock.wait_for(lambda: self._undelivered < BUFFERED_RECORDS_MAX or self._closed, timeout=60)
             batch = self._open.get((topic, number))
             if batch is None:
-                batch = self._open[(topic, number)] = _OpenBatch(created_ms=now_ms())
+                batch = self._open[(topic, number)] = _OpenBatch(topic, number, created_ms)
+            future = DeliveryFuture(batch.outcome, len(batch.values))
             batch.keys.append(key_bytes)
             batch.values.append(value_bytes)
             batch.headers.append(header_list)
-            batch.timestamps_ms.append(timestamp if timestamp is not None else now_ms())
-            batch.futures.append(future)
-            batch.callbacks.append(on_delivery)
+            batch.timestamps_ms.append(stamp_ms)
             batch.size_bytes += size
             self._undelivered += 1
             if batch.size_bytes >= self.batch_size_bytes:
                 self._seal_locked((topic, number))
-            self._lock.notify_all()
+                self._lock.notify_all()
+        if on_delivery is not None:
+            future.on_delivery(on_delivery)
         return future
 
     def produce_arrow(self, topic: str, batch: pa.RecordBatch | pa.Table, partition: int | None = None) -> Future:
@@ -253,6 +246,10 @@ class Producer:
             raise InvalidRequestError("producer is closed")
 
     def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        if partition is None and key is None:
+            current = self._sticky.get(topic)
+            if current is not None:  # checked against the partition count when it was chosen
+                return current
         partitions = self._connections.partitions_for(topic)
         count = len(partitions)
         if partition is not None:
@@ -276,11 +273,10 @@ class Producer:
         if key[0] in self._sticky and self._sticky[key[0]] == key[1]:
             self._sticky.pop(key[0])
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(open_batch.timestamps_ms, pa.timestamp("ms")), pa.array(open_batch.keys, pa.binary()),
-             pa.array(open_batch.values, pa.binary()), pa.array(open_batch.headers, HEADER_TYPE)],
+            [pa.array(open_batch.timestamps_ms, pa.timestamp("ms")), _column(open_batch.keys, pa.binary()),
+             _column(open_batch.values, pa.binary()), _column(open_batch.headers, HEADER_TYPE)],
             schema=PRODUCE_SCHEMA)
-        item = ProducerBatch(key[0], key[1], batch=batch, futures=open_batch.futures,
-                             callbacks=open_batch.callbacks, timestamps_ms=open_batch.timestamps_ms,
+        item = ProducerBatch(key[0], key[1], batch=batch, outcome=open_batch.outcome,
                              record_count=batch.num_rows, created_ms=open_batch.created_ms,
                              deadline_ms=open_batch.created_ms + self.delivery_timeout_ms)
         self._enqueue_locked(item)
@@ -433,6 +429,14 @@ def _expired(item: ProducerBatch, key: tuple[str, int], delivery_timeout_ms: int
     if item.last_error is None:
         return RequestTimedOutError(message)
     return error_for(item.last_error.code, f"{message}; last error: {item.last_error.message or item.last_error}")
+
+
+def _column(values: list, arrow_type: pa.DataType) -> pa.Array:
+    """An Arrow column of ``values``; all-null columns (no keys, no headers: the common case) without a scan
+    of Python objects by Arrow's converter."""
+    if values.count(None) == len(values):
+        return pa.nulls(len(values), arrow_type)
+    return pa.array(values, arrow_type)
 
 
 def _to_bytes(value) -> bytes | None:
