@@ -149,6 +149,17 @@ def seal(batch: pa.RecordBatch, header: BatchHeader) -> BatchHeader:
     return replace(header, crc=compute_crc(batch, header))
 
 
+def message_crc(message: pa.Buffer, header: BatchHeader) -> int:
+    """``compute_crc`` of the batch an encoded IPC message holds, read off the message's own body.
+
+    The body of a batch's IPC message does not depend on its metadata, so this equals
+    the CRC of the decoded batch; a follower that encodes a fetched batch for its
+    segment checks it this way without serializing the batch a second time.
+    """
+    crc = zlib.crc32(header._fields_without_crc())
+    return zlib.crc32(pa.ipc.read_message(message).body, crc)
+
+
 def verify(batch: pa.RecordBatch, header: BatchHeader) -> None:
     """Raise CorruptMessageError unless the batch matches its header (offsets, count, CRC)."""
     if batch.num_rows != header.record_count or header.record_count <= 0:

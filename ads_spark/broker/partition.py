@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from ads_spark.broker.log.checkpoints import write_atomically
 from ads_spark.errors import CorruptMessageError, ErrorCode, InvariantViolation, RecordTooLargeError, error_for
-from ads_spark.records import BatchHeader, verify
+from ads_spark.broker.log.partition_log import encode_fetched
+from ads_spark.records import BatchHeader
 from ads_spark.replication import dedupe
 from ads_spark.replication import partition as core
 from ads_spark.replication.state import LeaderAndIsr, PartitionConfig, Role
@@ -162,7 +163,7 @@ class Partition:
                     raise InvariantViolation(f"{self.topic}-{self.partition}: appended at {header.base_offset}, "
                                              f"core expected {base}")
             case core.AppendFetched():
-                self.log.append_as_follower(pending_batches["fetched"], now_ms=pending_batches["now_ms"])
+                self.log.append_encoded(pending_batches["fetched"], now_ms=pending_batches["now_ms"])
             case core.Truncate(end_offset_exclusive=end, below_high_watermark=below):
                 if below:
                     log.warning("%s-%s: truncating committed offsets from %s (after an unclean election)",
@@ -302,11 +303,17 @@ class Partition:
             return core.fetch_request(self.state)
 
     def on_fetch_response(self, request: core.FetchRequest, meta: dict, batches: Sequence, now_ms: int) -> None:
-        """The leader's answer to ``request``; batches are checked (offsets, CRC) before the core sees them."""
+        """The leader's answer to ``request``; batches are checked (offsets, CRC) before the core sees them.
+
+        Checking and encoding for the segment happen once, here, outside the partition lock
+        (``encode_fetched``); the append under the lock only writes the encoded messages.
+        """
         diverging = meta.get("diverging_epoch")
         headers = tuple(header for _, header in batches)
-        if headers:
-            _check_fetched(self.topic, self.partition, request.fetch_offset, batches)
+        try:
+            messages = encode_fetched(batches, request.fetch_offset)
+        except CorruptMessageError as exc:
+            raise CorruptMessageError(f"{self.topic}-{self.partition}: {exc}") from None
         event = core.FetchResponse(
             leader_epoch=int(meta.get("leader_epoch", request.current_leader_epoch)),
             fetch_offset=request.fetch_offset, error=ErrorCode(int(meta.get("error_code", 0))),
@@ -364,11 +371,3 @@ def _load_producers(partition_log) -> dedupe.ProducerTable:
         table = dedupe.record_append(table, header)
     return table
 
-
-def _check_fetched(topic: str, number: int, fetch_offset: int, batches: Sequence) -> None:
-    expected = fetch_offset
-    for batch, header in batches:
-        if header.base_offset != expected:
-            raise CorruptMessageError(f"{topic}-{number}: fetched batch at {header.base_offset}, expected {expected}")
-        verify(batch, header)
-        expected = header.next_offset

@@ -42,7 +42,7 @@ from ads_spark.errors import (
 )
 from ads_spark.records import (
     PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
-    seal, verify,
+    message_crc, seal,
 )
 
 log = logging.getLogger("ads.log")
@@ -97,6 +97,39 @@ def _stamp(batch: pa.RecordBatch, base_offset: int, timestamp_type: int, now_ms:
     else:
         max_timestamp_ms = pc.max(columns[0]).value
     return pa.RecordBatch.from_arrays([offsets, *columns], schema=RECORD_SCHEMA), max_timestamp_ms
+
+
+def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
+                   first_offset: int) -> list[tuple[pa.Buffer, BatchHeader]]:
+    """Check a follower's fetched batches and encode each once into its segment message.
+
+    Offsets must run on from ``first_offset``, batches must be RECORD_SCHEMA with an
+    offset column that agrees with the header, and the CRC is checked over the body
+    of the message just encoded (``message_crc``), so a batch is serialized once on
+    its way to disk. Pure (touches no log): the broker runs it before the replication
+    core sees the batches, so a corrupt response changes nothing.
+    """
+    expected = first_offset
+    messages = []
+    for batch, header in batches:
+        if header.base_offset != expected:
+            raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected}")
+        if not batch.schema.equals(RECORD_SCHEMA):
+            raise CorruptMessageError(f"batch at {header.base_offset} is not in RECORD_SCHEMA")
+        if batch.num_rows != header.record_count or header.record_count <= 0:
+            raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
+                                      f"header says {header.record_count}")
+        offsets = batch.column(0)
+        if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
+            raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
+        message = encode_batch_message(batch, header)
+        actual = message_crc(message, header)
+        if actual != header.crc:
+            raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
+                                      f"stored {header.crc}, computed {actual}")
+        messages.append((message, header))
+        expected = header.next_offset
+    return messages
 
 
 def _first_at_or_after(batch: pa.RecordBatch, timestamp_ms: int, min_offset: int) -> tuple[int, int] | None:
@@ -192,24 +225,16 @@ class PartitionLog:
 
     def append_as_follower(self, batches: Sequence[tuple[pa.RecordBatch, BatchHeader]], *, now_ms: int) -> None:
         """Store batches sealed by the leader, all or nothing: every one is checked before any is written."""
+        first = batches[0][1].base_offset if batches else self.log_end_offset
+        self.append_encoded(encode_fetched(batches, first), now_ms=now_ms)
+
+    def append_encoded(self, messages: Sequence[tuple[pa.Buffer, BatchHeader]], *, now_ms: int) -> None:
+        """Store messages ``encode_fetched`` checked and encoded; they must start at the log end."""
         with self._lock:
             self._ensure_open()
-            expected = self.log_end_offset
-            if batches and batches[0][1].base_offset != expected:
+            if messages and messages[0][1].base_offset != self.log_end_offset:
                 raise InvariantViolation(f"{self.directory.name}: follower append at base offset "
-                                         f"{batches[0][1].base_offset}, log end offset is {expected}")
-            messages = []
-            for batch, header in batches:
-                if header.base_offset != expected:
-                    raise CorruptMessageError(f"batch at {header.base_offset} does not follow offset {expected - 1}")
-                if not batch.schema.equals(RECORD_SCHEMA):
-                    raise CorruptMessageError(f"batch at {header.base_offset} is not in RECORD_SCHEMA")
-                verify(batch, header)
-                offsets = batch.column(0)
-                if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
-                    raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
-                messages.append((encode_batch_message(batch, header), header))
-                expected = header.next_offset
+                                         f"{messages[0][1].base_offset}, log end offset is {self.log_end_offset}")
             self._write_locked(messages, now_ms)
 
     def _write_locked(self, messages: list[tuple[pa.Buffer, BatchHeader]], now_ms: int) -> None:
@@ -299,6 +324,36 @@ class PartitionLog:
                         return result
                     result.append(segment.read_batch(j))
                     total_bytes += entry.size
+            return result
+
+    def locate(self, start_offset_inclusive: int, *, max_bytes: int,
+               end_offset_exclusive: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
+        """Where ``read`` would find its batches: [(segment path, [(position, size, base offset, records)])].
+
+        For readers on this host that map the segment files themselves (the
+        local read path); same bounds as ``read``, without touching the data.
+        """
+        with self._lock:
+            self._ensure_open()
+            end = min(self.log_end_offset, end_offset_exclusive)
+            if start_offset_inclusive < self._log_start_offset or start_offset_inclusive >= end:
+                return []
+            result: list[tuple[str, list[tuple[int, int, int, int]]]] = []
+            total_bytes = 0
+            first_segment = bisect_right(self._bases, start_offset_inclusive) - 1
+            for k, segment in enumerate(self._segments[first_segment:]):
+                i = max(segment.index.batch_containing(start_offset_inclusive), 0) if k == 0 else 0
+                found = []
+                for j in range(i, segment.batch_count):
+                    entry = segment.index.entry(j)
+                    if entry.base_offset >= end or (total_bytes and total_bytes + entry.size > max_bytes):
+                        break
+                    found.append((entry.position, entry.size, entry.base_offset, entry.record_count))
+                    total_bytes += entry.size
+                if found:
+                    result.append((str(segment.path), found))
+                if len(found) < segment.batch_count - i:
+                    break
             return result
 
     def batches(self, start_offset_inclusive: int | None = None) -> Iterator[tuple[pa.RecordBatch, BatchHeader]]:
