@@ -132,6 +132,7 @@ class Broker:
     def action_handlers(self) -> dict[str, Callable[[dict], dict]]:
         return {
             wire.ACTION_LIST_OFFSETS: self.data.handle_list_offsets,
+            wire.ACTION_LOCATE: self.data.handle_locate,
             wire.ACTION_LEADER_AND_ISR: self.control.handle_leader_and_isr,
             wire.ACTION_UPDATE_METADATA: self.control.handle_update_metadata,
             wire.ACTION_STOP_REPLICA: self.control.handle_stop_replica,

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from ads_spark.client import wire
+from ads_spark.local_reads import describe_segments, host_identity
 from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, error_for
 from ads_spark.broker.partition import Partition
 from ads_spark.broker.server import error_response
@@ -148,6 +149,17 @@ class DataHandlers:
         if budget <= 0:
             return []  # throttled catch-up (reassignment): the follower asks again
         return partition.read(spec["fetch_offset"], reply.read_end_offset_exclusive, budget)
+
+    # ---- locate (the local read path) -----------------------------------------------
+
+    def handle_locate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """What a consumer fetch from ``fetch_offset`` would return, as places in the segment files."""
+        spec = self._parse_fetch_partition(body)
+        partition = self.replicas.get(spec["topic"], spec["partition"])
+        end = partition.consumer_read_bound(spec["current_leader_epoch"], spec["fetch_offset"], False)
+        located = partition.locate(spec["fetch_offset"], end, spec["partition_max_bytes"])
+        return {"error_code": 0, "host_id": host_identity(), "high_watermark": end,
+                "log_start_offset": partition.state.log_start_offset, "segments": describe_segments(located)}
 
     # ---- list offsets -------------------------------------------------------------
 

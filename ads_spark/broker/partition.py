@@ -292,6 +292,11 @@ class Partition:
             return []
         return self.log.read(fetch_offset, max_bytes=max_bytes, end_offset_exclusive=end_offset_exclusive)
 
+    def locate(self, fetch_offset: int, end_offset_exclusive: int, max_bytes: int) -> list:
+        if fetch_offset >= end_offset_exclusive:
+            return []
+        return self.log.locate(fetch_offset, max_bytes=max_bytes, end_offset_exclusive=end_offset_exclusive)
+
     def check_leader(self, current_leader_epoch: int) -> None:
         """Raise unless this replica leads in ``current_leader_epoch`` (-1: the caller does not know)."""
         self.consumer_read_bound(current_leader_epoch, self.state.log_start_offset, allow_follower=False)

@@ -10,6 +10,7 @@ readers such as the Spark source, with no per-record Python.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -27,7 +28,10 @@ from ads_spark.errors import (
     RequestTimedOutError,
     error_for,
 )
+from ads_spark.local_reads import NotLocal, host_identity, read_located
 from ads_spark.records import RECORD_SCHEMA
+
+log = logging.getLogger("ads.client.consumer")
 
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
@@ -83,6 +87,14 @@ class Consumer:
         self.auto_offset_reset = reset
         self._positions: dict[tuple[str, int], int] = {}
         self._next_partition = 0
+        # The local read path (ads_spark/local_reads.py): brokers on this host are read from their
+        # segment files; a broker found to be elsewhere is not asked again (bounded by the brokers).
+        local_reads = str(self.config.get("local.reads", "true")).strip().lower()
+        if local_reads not in ("true", "false"):
+            raise InvalidRequestError(f"local.reads must be true or false, got {local_reads!r}")
+        self.local_reads = local_reads == "true"
+        self._not_local: set[tuple[str, int]] = set()
+        self.local_fetches = 0  # fetches served by the local read path (for tests and benchmarks)
 
     # ---- assignment -------------------------------------------------------------
 
@@ -205,7 +217,12 @@ class Consumer:
                     prefer_rack: bool = True) -> FetchedChunk:
         meta, broker = self._connections.leader_of(tp.topic, tp.partition)
         # A retry after a failed same-rack read goes to the leader, which can always answer.
-        broker = (self._same_rack_replica(meta) if prefer_rack else None) or broker
+        replica = self._same_rack_replica(meta) if prefer_rack else None
+        if replica is None and max_wait_ms == 0:
+            local = self._fetch_local(tp, start, max_bytes, meta.leader_epoch, broker)
+            if local is not None:
+                return local
+        broker = replica or broker
         request = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
                    "max_bytes": max_bytes, "client_rack": self.client_rack,
                    "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": start,
@@ -230,11 +247,32 @@ class Consumer:
             raise error_for(-1, "fetch response carried no partition metadata")
         if info["error_code"]:
             raise error_for(info["error_code"], info.get("message", ""))
-        hw = int(info["high_watermark"])
-        table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA) if batches else RECORD_SCHEMA.empty_table()
-        table = _slice_offsets(table, start, hw)
-        next_offset = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else start
-        return FetchedChunk(table, hw, int(info["log_start_offset"]), next_offset)
+        return _chunk(batches, start, int(info["high_watermark"]), int(info["log_start_offset"]))
+
+    def _fetch_local(self, tp: TopicPartition, start: int, max_bytes: int, leader_epoch: int,
+                     broker) -> FetchedChunk | None:
+        """The fetch's batches mapped from the leader's segment files, or None when it is not on this host."""
+        key = (broker.host, broker.port)
+        if not self.local_reads or key in self._not_local:
+            return None
+        body = {"topic": tp.topic, "partition": tp.partition, "fetch_offset": start,
+                "current_leader_epoch": leader_epoch, "partition_max_bytes": max_bytes}
+        try:
+            answer = self._connections.call_action(broker.host, broker.port, wire.ACTION_LOCATE, body)
+        except InvalidRequestError:  # a broker without the local read path
+            self._not_local.add(key)
+            return None
+        if int(answer.get("error_code", 0)):
+            raise error_for(int(answer["error_code"]), answer.get("message", ""))
+        try:
+            batches = read_located(answer)
+        except NotLocal as exc:
+            if answer.get("host_id") != host_identity():
+                self._not_local.add(key)
+            log.debug("%s-%s: local read at %s not possible (%s); fetching", tp.topic, tp.partition, start, exc)
+            return None
+        self.local_fetches += 1
+        return _chunk(batches, start, int(answer["high_watermark"]), int(answer["log_start_offset"]))
 
     def fetch_arrow(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
                     max_bytes: int | None = None) -> pa.Table:
@@ -278,6 +316,13 @@ class Consumer:
     def close(self) -> None:
         if self._owns_connections:
             self._connections.close()
+
+
+def _chunk(batches: list[pa.RecordBatch], start: int, high_watermark: int, log_start_offset: int) -> FetchedChunk:
+    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA) if batches else RECORD_SCHEMA.empty_table()
+    table = _slice_offsets(table, start, high_watermark)
+    next_offset = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else start
+    return FetchedChunk(table, high_watermark, log_start_offset, next_offset)
 
 
 def _slice_offsets(table: pa.Table, start_inclusive: int, end_exclusive: int) -> pa.Table:

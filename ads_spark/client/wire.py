@@ -45,6 +45,7 @@ ACTION_STOP_REPLICA = "stop_replica"
 ACTION_CONTROLLED_SHUTDOWN = "controlled_shutdown"
 ACTION_REPLICA_STATUS = "replica_status"
 ACTION_INIT_PRODUCER_ID = "init_producer_id"
+ACTION_LOCATE = "locate"  # where a fetch's batches are in the segment files (ads_spark/local_reads.py)
 
 FETCH = "fetch"
 PRODUCE = "produce"
