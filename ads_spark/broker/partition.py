@@ -326,7 +326,7 @@ class Partition:
             log_start_offset=int(meta.get("log_start_offset", 0)), batches=headers,
             diverging_epoch=(int(diverging["epoch"]), int(diverging["end_offset"])) if diverging else None,
             now_ms=now_ms)
-        self._run(event, {"fetched": list(batches), "now_ms": now_ms})
+        self._run(event, {"fetched": messages, "now_ms": now_ms})
 
     # ---- housekeeping -------------------------------------------------------------------
 
