@@ -78,13 +78,20 @@ class DataHandlers:
         wanted = wire.require(request, "partitions", list, "fetch")
         specs = [self._parse_fetch_partition(entry) for entry in wanted]
         deadline = time.monotonic() + max_wait_ms / 1000
-        while True:
-            version = self.replicas.activity_version
-            responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes, client_rack)
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if total_bytes >= min_bytes or remaining_ms <= 0 or self._any_error(responses):
-                return responses
-            self.replicas.wait_for_activity(version, remaining_ms)
+        keys = {(spec["topic"], spec["partition"]) for spec in specs}
+        # A follower waits for data (or a role/epoch change); a consumer also for HW moves, which
+        # make data readable to it.
+        changed = self.replicas.watch(keys, wake_on_high_watermark=replica_id < 0)
+        try:
+            while True:
+                changed.clear()
+                responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes, client_rack)
+                remaining_s = deadline - time.monotonic()
+                if total_bytes >= min_bytes or remaining_s <= 0 or self._any_error(responses):
+                    return responses
+                changed.wait(remaining_s)
+        finally:
+            self.replicas.unwatch(keys, changed)
 
     @staticmethod
     def _any_error(responses) -> bool:

@@ -77,6 +77,7 @@ class _Outbox:
     reply: core.ReplyFetch | None = None
     refused: core.LeaderAndIsrRefused | None = None
     changed: bool = False  # HW, LEO or role moved: wake long-polling fetches
+    high_watermark_only: bool = False  # of those, only the HW moved (follower fetches need not wake)
 
 
 class Partition:
@@ -89,7 +90,8 @@ class Partition:
         self.epochs = epochs_file
         self.local_broker_id = local_broker_id
         self._isr_sender = isr_sender
-        self.on_changed: Callable[[tuple[str, int]], None] | None = None  # set by the replica manager
+        # Set by the replica manager: (key, high_watermark_only) after the HW, LEO, epoch or role moved.
+        self.on_changed: Callable[[tuple[str, int], bool], None] | None = None
         # Reassignment throttle (bytes/s) for followers outside the ISR; None: unthrottled. The bucket
         # holds at most one second of allowance, so a replica in the ISR is never slowed by it.
         self.throttle_bytes_per_s: int | None = None
@@ -147,8 +149,10 @@ class Partition:
         if self.state.log_end_offset != self.log.log_end_offset:
             raise InvariantViolation(f"{self.topic}-{self.partition}: core LEO {self.state.log_end_offset} != "
                                      f"log LEO {self.log.log_end_offset} after {type(event).__name__}")
-        if (self.state.high_watermark, self.state.log_end_offset, self.state.role) != (
-                before.high_watermark, before.log_end_offset, before.role):
+        data_moved = (self.state.log_end_offset, self.state.role, self.state.leader_epoch) != (
+            before.log_end_offset, before.role, before.leader_epoch)
+        if data_moved or self.state.high_watermark != before.high_watermark:
+            outbox.high_watermark_only = not data_moved and (not outbox.changed or outbox.high_watermark_only)
             outbox.changed = True
             self.changed.notify_all()
 
@@ -199,7 +203,7 @@ class Partition:
             for proposal in outbox.proposals:
                 self._isr_sender(self, proposal)
         if outbox.changed and self.on_changed is not None:
-            self.on_changed(self.key)
+            self.on_changed(self.key, outbox.high_watermark_only)
 
     def _run(self, event, pending_batches: dict | None = None) -> _Outbox:
         outbox = _Outbox()

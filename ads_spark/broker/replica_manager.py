@@ -1,8 +1,11 @@
 """The replicas a broker hosts: routing requests to partitions and waking fetches.
 
-It owns the map of hosted partitions and the broker-wide activity signal that
-multi-partition fetches long-poll on (woken when any partition's log end, HW or
-role moves, bounded by the fetch's ``max_wait_ms``). What a produce waits for
+It owns the map of hosted partitions and the wake-ups that long-polling fetches
+wait on: a fetch watches only the partitions it asked for, and a follower's fetch
+is not woken by a high-watermark move alone (it waits for data, as in Kafka; its
+HW catches up with the next answer). Every wake-up costs a core step per
+partition of the woken fetch, so waking only fetches that can find something new
+matters on the replicated produce path. What a produce waits for
 (acks=all purgatory, its timeout) is decided by the replication core inside each
 ``Partition``; the periodic tick of ``tick_all`` is what expires those waits.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 
@@ -28,9 +31,10 @@ class ReplicaManager:
         self.broker_id = broker_id
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._partitions_lock = threading.Lock()
-        # Broker-wide change signal: multi-partition fetches wait on it.
-        self.activity = threading.Condition()
-        self._activity_version = 0
+        # Long-polling fetches: partition -> the events of fetches waiting on it, with whether a
+        # high-watermark move alone should wake them (consumers: yes; followers: no).
+        self._watchers: dict[tuple[str, int], dict[threading.Event, bool]] = {}
+        self._watchers_lock = threading.Lock()
 
     # ---- registry ------------------------------------------------------------
 
@@ -65,26 +69,33 @@ class ReplicaManager:
 
     # ---- change notification ------------------------------------------------------
 
-    def notify_changed(self, key: tuple[str, int] | None = None) -> None:
-        """A partition's log end, HW or role moved: wake long-polling fetches."""
-        with self.activity:
-            self._activity_version += 1
-            self.activity.notify_all()
+    def notify_changed(self, key: tuple[str, int], high_watermark_only: bool = False) -> None:
+        """A partition's log end, HW, epoch or role moved: wake the fetches watching it."""
+        with self._watchers_lock:
+            watchers = self._watchers.get(key)
+            if not watchers:
+                return
+            woken = [event for event, wants_hw in watchers.items() if wants_hw or not high_watermark_only]
+        for event in woken:
+            event.set()
 
-    def wait_for_activity(self, version: int, timeout_ms: int) -> int:
-        """Block until the activity version passes ``version`` or the timeout; returns the new version."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        with self.activity:
-            while self._activity_version == version:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.activity.wait(remaining)
-            return self._activity_version
+    def watch(self, keys: Iterable[tuple[str, int]], *, wake_on_high_watermark: bool) -> threading.Event:
+        """An event set whenever one of ``keys`` changes, until ``unwatch``; the caller clears it before
+        each read, so a change between its read and its wait is never missed."""
+        event = threading.Event()
+        with self._watchers_lock:
+            for key in keys:
+                self._watchers.setdefault(key, {})[event] = wake_on_high_watermark
+        return event
 
-    @property
-    def activity_version(self) -> int:
-        return self._activity_version
+    def unwatch(self, keys: Iterable[tuple[str, int]], event: threading.Event) -> None:
+        with self._watchers_lock:
+            for key in keys:
+                watchers = self._watchers.get(key)
+                if watchers is not None:
+                    watchers.pop(event, None)
+                    if not watchers:
+                        del self._watchers[key]
 
     # ---- produce ---------------------------------------------------------------
 
