@@ -224,14 +224,16 @@ def execute(cluster: LocalCluster, scenario: str, duration_s: float, seed: int, 
                                    round(w.ended_s - verdict["began"], 2)] for w in verdict["windows"]],
               **verdict["verdict"]}
     report["_attempts"], report["_windows"] = verdict["attempts"], verdict["windows"]
+    report["_lost_values"] = verdict["lost_values"]
     return report
 
 
 def write_report(report: dict, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     attempts, windows = report.pop("_attempts", []), report.pop("_windows", [])
+    lost_values = report.pop("_lost_values", set())
     (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
-    _plot(attempts, windows, out / "report.png", f"{report['scenario']}, seed {report['seed']}")
+    _plot(attempts, windows, out / "report.png", f"{report['scenario']}, seed {report['seed']}", lost_values)
     return report
 
 
@@ -265,8 +267,10 @@ def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s
     finals = _final_reads(cluster.bootstrap_servers)
     verdict = check(workload.attempts, finals, [workload.consumer_reads], _replica_batches(cluster),
                     nemesis.windows, (began, ended))
+    stored = {value for rows in finals.values() for _, value in rows}
+    lost = {a.value for a in workload.attempts if a.outcome == OK and a.value not in stored}
     return {"verdict": {**verdict.to_json(), "healed": healed, "error_examples": workload.error_examples},
-            "attempts": workload.attempts,
+            "attempts": workload.attempts, "lost_values": lost,
             "windows": nemesis.windows, "began": began}
 
 
@@ -319,7 +323,7 @@ def _replica_batches(cluster: LocalCluster) -> dict[int, dict[int, list]]:
     return out
 
 
-def _plot(attempts, windows, path: Path, title: str) -> None:
+def _plot(attempts, windows, path: Path, title: str, lost_values: set = frozenset()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -333,10 +337,15 @@ def _plot(attempts, windows, path: Path, title: str) -> None:
         ax.axvspan(window.started_s - t0, window.ended_s - t0, color="0.85", zorder=0)
         ax.text(window.started_s - t0, 0.02, window.name, fontsize=7, rotation=90, va="bottom", color="0.3",
                 transform=ax.get_xaxis_transform())
-    for outcome, colour in ((OK, "tab:blue"), (UNKNOWN, "tab:orange"), (FAILED, "tab:red")):
-        chosen = [a for a in attempts if a.outcome == outcome]
-        ax.scatter([a.started_s - t0 for a in chosen], [(a.ended_s - a.started_s) * 1000 for a in chosen], s=2,
-                   color=colour, label=f"{outcome} ({len(chosen)})")
+    kinds = ((OK, "tab:blue", lambda a: a.outcome == OK and a.value not in lost_values),
+             (UNKNOWN, "tab:orange", lambda a: a.outcome == UNKNOWN),
+             (FAILED, "tab:red", lambda a: a.outcome == FAILED),
+             ("ok, then lost", "black", lambda a: a.outcome == OK and a.value in lost_values))
+    for label, colour, wanted in kinds:
+        chosen = [a for a in attempts if wanted(a)]
+        if chosen or label != "ok, then lost":
+            ax.scatter([a.started_s - t0 for a in chosen], [(a.ended_s - a.started_s) * 1000 for a in chosen],
+                       s=2, color=colour, label=f"{label} ({len(chosen)})")
     ax.set_yscale("log")
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("acks=all send latency (ms)")

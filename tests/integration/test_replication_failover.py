@@ -26,13 +26,22 @@ WAIT_S = 60
 
 
 def wait_until(predicate, timeout_s: float = WAIT_S, what: str = "condition"):
+    """Until ``predicate()`` is truthy. A retriable error counts as "not yet": mid-failover every broker may
+    briefly refuse (e.g. BROKER_NOT_AVAILABLE from one that is reconnecting to ZooKeeper)."""
     deadline = time.monotonic() + timeout_s
+    last_error = None
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except AdsError as exc:
+            if not exc.retriable:
+                raise
+            value, last_error = None, exc
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}"
+                         + (f" (last error: {last_error})" if last_error else ""))
 
 
 class AckedWriter:
