@@ -48,7 +48,8 @@ CASES = {
 READ_CASES = ("consume", "consume_arrow")
 SPARK_CASES = {("ads", "read_stream"): ("ads", "spark_read"), ("ceiling", "read_batch"): ("ceiling", "spark_read"),
                ("ads", "read_batch"): ("ads", "spark_read_batch"), ("ads", "write_stream"): ("ads", "spark_write"),
-               ("ceiling", "write_stream"): ("ceiling", "spark_write")}
+               ("ceiling", "write_stream"): ("ceiling", "spark_write"),
+               ("ads-network", "read_batch"): ("ads-network", "spark_read_batch")}
 
 
 def build_systems(work: Path, with_peers: bool) -> list:
