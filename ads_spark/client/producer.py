@@ -307,7 +307,11 @@ class Producer:
                     return
                 now = now_ms()
                 for key, open_batch in list(self._open.items()):
-                    if now - open_batch.created_ms >= self.linger_ms:
+                    # As Kafka's accumulator: while the partition cannot send (its in-flight window is
+                    # full, or sealed batches wait), the open batch keeps growing instead of being sealed
+                    # small. Sealing on linger alone made a steady 5k records/s at acks=all a queue of
+                    # tiny batches (p50 ack 290 ms with linger.ms=1 against 12 ms with 10).
+                    if now - open_batch.created_ms >= self.linger_ms and self._can_send_soon_locked(key):
                         self._seal_locked(key)
                 sendable = self._take_sendable_locked(now)
                 if not sendable:
@@ -315,6 +319,9 @@ class Producer:
                     continue
             for item in sendable:
                 self._send(item)
+
+    def _can_send_soon_locked(self, key: tuple[str, int]) -> bool:
+        return not self._ready.get(key) and self._in_flight.get(key, 0) < self.max_in_flight
 
     def _take_sendable_locked(self, now: int) -> list[ProducerBatch]:
         for key in [k for k in self._sequence_unresolved if self._in_flight.get(k, 0) == 0]:
