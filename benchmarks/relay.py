@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from benchmarks.peers.procs import free_port, spawn, stop_group, wait_for_port
+from benchmarks.peers.procs import free_port, spawn, stop_all, wait_for_port
 
 FOLLOWERS = 2
 LONG_POLL_MS = 500
@@ -141,13 +141,8 @@ class Relay:
                                         self.dir / f"follower-{follower}.log"))
 
     def down(self) -> None:
-        import shutil
-
-        for process in self.processes:
-            stop_group(process.pid)
-            process.wait(timeout=5)
+        stop_all(self.processes, self.dir)
         self.processes = []
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def produce_batched(self, records: int, batch_records: int = 512, record_bytes: int = 1024) -> float:
         """One put stream, at most PUT_WINDOW_BATCHES unacknowledged; records/s once all are acknowledged."""

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.peers.procs import PeerUnavailable, free_port, missing_binaries, spawn, stop_group, wait_for_port
+from benchmarks.peers.procs import (
+    PeerUnavailable, check_or_hold, free_port, missing_binaries, spawn, stop_all, wait_for_port,
+)
 
 NODES = 3
 START_TIMEOUT_S = 30.0
@@ -64,11 +65,8 @@ class NatsCluster:
             raise
 
     def down(self) -> None:
-        for process in self.processes:
-            stop_group(process.pid)
-            process.wait(timeout=5)
+        stop_all(self.processes, self.dir)
         self.processes = []
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 async def connect(cluster: NatsCluster):
@@ -121,16 +119,8 @@ def main() -> int:
     args = parser.parse_args()
     cluster = NatsCluster()
     cluster.up()
-    try:
-        if args.command == "check":
-            asyncio.run(_check(cluster))
-        else:
-            print(f"nats up: {','.join(cluster.servers)} (dir {cluster.dir}); Ctrl-C to tear down", flush=True)
-            time.sleep(args.for_s)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.down()
+    print(f"nats up: {','.join(cluster.servers)} (dir {cluster.dir})", flush=True)
+    check_or_hold(cluster, args.command, args.for_s, _check)
     return 0
 
 

@@ -65,6 +65,30 @@ def stop_group(pid: int, timeout_s: float = 15.0) -> None:
             time.sleep(0.1)
 
 
+def stop_all(processes: list[subprocess.Popen], directory: Path | None, timeout_s: float = 15.0) -> None:
+    """Stop and reap every process (by group), then remove ``directory``: a peer's whole teardown."""
+    for process in processes:
+        stop_group(process.pid, timeout_s=timeout_s)
+        process.wait(timeout=5)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def check_or_hold(cluster, command: str, hold_s: float, check) -> None:
+    """``check``: run the async ``check(cluster)``; ``up``: keep the cluster up ``hold_s``; always tear down."""
+    import asyncio
+
+    try:
+        if command == "check":
+            asyncio.run(check(cluster))
+        else:
+            time.sleep(hold_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.down()
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)

@@ -25,7 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.peers.procs import PeerUnavailable, free_port, missing_binaries, spawn, stop_group, wait_for_port
+from benchmarks.peers.procs import (
+    PeerUnavailable, check_or_hold, free_port, missing_binaries, spawn, stop_all, stop_group, wait_for_port,
+)
 
 NODES = 3
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
@@ -118,9 +120,7 @@ class RabbitCluster:
         return done.stdout
 
     def down(self, remove_dir: bool = True) -> None:
-        for process in self.processes:
-            stop_group(process.pid, timeout_s=20)
-            process.wait(timeout=5)
+        stop_all(self.processes, None, timeout_s=20)
         self.processes = []
         if self.epmd is not None:
             stop_group(self.epmd.pid)
@@ -187,15 +187,7 @@ def main() -> int:
     cluster.up()
     print(f"rabbitmq up in {time.monotonic() - started:.1f}s: stream ports {cluster.stream_ports} "
           f"(dir {cluster.dir})", flush=True)
-    try:
-        if args.command == "check":
-            asyncio.run(_check(cluster))
-        else:
-            time.sleep(args.for_s)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.down()
+    check_or_hold(cluster, args.command, args.for_s, _check)
     return 0
 
 
