@@ -52,13 +52,13 @@ MIXED_KINDS = PARTITION_KINDS + PROCESS_KINDS + LINK_KINDS
 
 
 class HostNemesis:
-    """Faults on the test hosts of one run; ``leader_of`` and ``controller`` read the cluster's metadata."""
+    """Faults on the test hosts of one run; the process nemesis (runner.Nemesis) kills and pauses, and reads
+    the cluster's metadata (``leader_of``, ``controller``)."""
 
-    def __init__(self, cluster: LocalCluster, network: TestNetwork, rng: random.Random, leader_of, controller,
-                 process_nemesis):
+    def __init__(self, cluster: LocalCluster, network: TestNetwork, rng: random.Random, process_nemesis):
         self.cluster, self.network, self.rng = cluster, network, rng
-        self.leader_of, self.controller = leader_of, controller
         self.process_nemesis = process_nemesis
+        self.leader_of, self.controller = process_nemesis.leader_of, process_nemesis.controller
         self.windows: list[NemesisWindow] = []
 
     def _nodes(self) -> list[str]:
@@ -107,13 +107,10 @@ class HostNemesis:
                 time.sleep(FOLLOWER_CUT_STEP_S)
             self._window(f"{'+'.join(followers)} cut off: {leader} last in ISR", started)
             started = time.time()
-            self.cluster.kill_broker(leader_id)
-            removed = lose_unflushed_tail(self.cluster.dir / f"broker-{leader_id}" / "data", self.rng)
-            time.sleep(LAST_REPLICA_DOWN_S)
-            self.cluster.start_broker(leader_id)
+            removed_bytes = self._crash_and_restart(leader_id, LAST_REPLICA_DOWN_S, lose_unflushed=True)
         finally:
             self.network.heal()
-        self._window(f"{leader} crashed, lost {sum(removed.values())} unflushed bytes", started)
+        self._window(f"{leader} crashed, lost {removed_bytes} unflushed bytes", started)
         time.sleep(JEPSEN_HEALED_S)
 
     def run_one(self, kind: str) -> None:
@@ -172,13 +169,17 @@ class HostNemesis:
 
     def _kill_and_restart(self, broker_id: int, name: str, lose_unflushed: bool) -> None:
         started = time.time()
+        removed_bytes = self._crash_and_restart(broker_id, self.rng.uniform(*NETWORK_FAULT_S), lose_unflushed)
+        self._window(f"{name} b{broker_id}" + (f" ({removed_bytes} bytes)" if lose_unflushed else ""), started)
+
+    def _crash_and_restart(self, broker_id: int, down_s: float, lose_unflushed: bool) -> int:
+        """SIGKILL, optionally lose the unflushed tail, stay down ``down_s``, restart; bytes removed."""
         self.cluster.kill_broker(broker_id)
         removed = lose_unflushed_tail(self.cluster.dir / f"broker-{broker_id}" / "data", self.rng) \
             if lose_unflushed else {}
-        time.sleep(self.rng.uniform(*NETWORK_FAULT_S))
+        time.sleep(down_s)
         self.cluster.start_broker(broker_id)
-        self._window(f"{name} b{broker_id}" + (f" ({sum(removed.values())} bytes)" if lose_unflushed else ""),
-                     started)
+        return sum(removed.values())
 
 
 def lose_unflushed_tail(data_dir: Path, rng: random.Random) -> dict[str, int]:

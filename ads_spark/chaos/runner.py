@@ -213,7 +213,7 @@ def execute(cluster: LocalCluster, scenario: str, duration_s: float, seed: int, 
         if network is not None:
             from ads_spark.chaos.network_nemesis import HostNemesis
 
-            nemesis = HostNemesis(cluster, network, rng, nemesis.leader_of, nemesis.controller, nemesis)
+            nemesis = HostNemesis(cluster, network, rng, nemesis)
         verdict = _run_workload(cluster, admin, scenario, duration_s, rng, nemesis)
         admin.close()
     finally:
