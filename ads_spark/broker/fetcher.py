@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pyarrow.flight as flight
 
 from ads_spark.client import wire
+from ads_spark.client.fetch_session import FetchSession
 from ads_spark.errors import AdsError, ErrorCode, InvariantViolation
 from ads_spark.broker.partition import Partition
 from ads_spark.records import now_ms
@@ -43,6 +44,7 @@ class FetcherThread(threading.Thread):
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._client: flight.FlightClient | None = None
+        self._session = FetchSession(self._connect)
 
     def add(self, partition: Partition) -> None:
         with self.lock:
@@ -84,6 +86,7 @@ class FetcherThread(threading.Thread):
         return self._client
 
     def _close_client(self) -> None:
+        self._session.close()
         if self._client is not None:
             try:
                 self._client.close()
@@ -103,17 +106,15 @@ class FetcherThread(threading.Thread):
                             "current_leader_epoch": r.current_leader_epoch, "last_fetched_epoch": r.last_fetched_epoch,
                             "partition_max_bytes": max_bytes} for p, r in partitions],
         }
-        options = flight.FlightCallOptions(timeout=wait_ms / 1000 + FETCH_RPC_TIMEOUT_MARGIN_S)
-        reader = self._connect().do_get(flight.Ticket(wire.dumps(request)), options)
+        answer = self._session.fetch(request, wait_ms / 1000 + FETCH_RPC_TIMEOUT_MARGIN_S)
         pending: dict[tuple[str, int], list] = {}
         metas: dict[tuple[str, int], dict] = {}
-        for chunk in reader:
-            meta = wire.loads(chunk.app_metadata, "fetch response")
+        for meta, data in answer:
             key = (meta["topic"], meta["partition"])
             if "error_code" in meta:
                 metas[key] = meta
-            if chunk.data is not None and chunk.data.num_rows:
-                pending.setdefault(key, []).append((chunk.data, wire.header_from_json(meta["header"])))
+            if data is not None and data.num_rows:
+                pending.setdefault(key, []).append((data, wire.header_from_json(meta["header"])))
         for partition, fetch in partitions:
             meta = metas.get(partition.key)
             if meta is None:

@@ -77,6 +77,23 @@ class BrokerFlightServer(flight.FlightServerBase):
         responses = _boundary("fetch", run)
         return flight.GeneratorStream(RECORD_SCHEMA, _fetch_stream(responses))
 
+    def do_exchange(self, context, descriptor, reader, writer):
+        """A fetch session: fetch requests one after another on one stream, each answered in full.
+
+        A DoGet per fetch costs ~0.25 ms of server CPU in call set-up alone (~3x a message on an
+        open stream); followers and polling consumers fetch once per append they wait for, so they
+        keep one stream per broker instead. Each answer ends with a metadata-only ``{"end": true}``
+        message that carries the error when the request failed; the stream goes on either way.
+        """
+        def run():
+            request = wire.loads(descriptor.command, "exchange") if descriptor.command else None
+            if not isinstance(request, dict) or request.get("type") != wire.FETCH_SESSION:
+                raise InvalidRequestError("an exchange must be a JSON command with type 'fetch_session'")
+            writer.begin(RECORD_SCHEMA)
+            _serve_fetch_session(self.broker, reader, writer)
+
+        _boundary("fetch session", run)
+
     # ---- produce ----------------------------------------------------------------
 
     def do_put(self, context, descriptor, reader, writer):
@@ -107,6 +124,39 @@ def _fetch_stream(responses):
                                                             "partition": partition_meta["partition"]}
             meta["header"] = wire.header_to_json(header)
             yield batch, pa.py_buffer(wire.dumps(meta))
+
+
+_END_OF_ANSWER = pa.py_buffer(wire.dumps({"end": True}))
+
+
+def _serve_fetch_session(broker, reader, writer) -> None:
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            return
+        try:
+            request = wire.loads(chunk.app_metadata, "fetch")
+            if not isinstance(request, dict) or request.get("type") != wire.FETCH:
+                raise InvalidRequestError("a fetch session request must be a JSON object with type 'fetch'")
+            for batch, metadata in _fetch_stream(broker.handle_fetch(request)):
+                writer.write_with_metadata(batch, metadata)
+            end = _END_OF_ANSWER
+        except AdsError as exc:
+            end = pa.py_buffer(wire.dumps({"end": True, "error_code": int(exc.code),
+                                           "message": exc.message or str(exc)}))
+        except InvariantViolation:
+            raise  # the boundary stops the broker
+        except flight.FlightError:
+            return  # the client is gone
+        except Exception as exc:  # a bug answering one request: reported to the client, the session goes on
+            log.exception("unexpected error in a fetch session")
+            end = pa.py_buffer(wire.dumps({"end": True, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                                           "message": f"{type(exc).__name__}: {exc}"}))
+        try:
+            writer.write_metadata(end)
+        except Exception:  # the client went away mid-answer
+            return
 
 
 # In-flight acks=all produces per stream; the reader pauses past this (back-pressure).

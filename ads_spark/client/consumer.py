@@ -28,6 +28,7 @@ from ads_spark.errors import (
     RequestTimedOutError,
     error_for,
 )
+from ads_spark.client.poll_fetcher import PollFetcher
 from ads_spark.local_reads import NotLocal, host_identity, read_located
 from ads_spark.records import RECORD_SCHEMA
 
@@ -95,6 +96,7 @@ class Consumer:
         self.local_reads = local_reads == "true"
         self._not_local: set[tuple[str, int]] = set()
         self.local_fetches = 0  # fetches served by the local read path (for tests and benchmarks)
+        self._poll_fetcher: PollFetcher | None = None
 
     # ---- assignment -------------------------------------------------------------
 
@@ -291,20 +293,18 @@ class Consumer:
         return _slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive)
 
     def poll_arrow(self, timeout: float = 1.0) -> dict[TopicPartition, pa.Table]:
-        """Records from every assigned partition that has some, as tables; advances positions."""
-        deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            result = {}
-            for key in list(self._positions):
-                position = self._resolve_position(key)
-                chunk = self.fetch_chunk(TopicPartition(*key), position, max_wait_ms=0)
-                if chunk.table.num_rows:
-                    result[TopicPartition(*key)] = chunk.table
-                    self._positions[key] = chunk.next_offset
-            remaining_s = deadline - time.monotonic()
-            if result or remaining_s <= 0:
-                return result
-            time.sleep(min(remaining_s, 0.05))
+        """Records from the assigned partitions that have some, as tables; advances positions.
+
+        Waits up to ``timeout`` seconds for the first committed data (ads_spark/client/poll_fetcher.py).
+        """
+        if self._poll_fetcher is None:
+            self._poll_fetcher = PollFetcher(self)
+        positions = {key: self._resolve_position(key) for key in self._positions}
+        result = {}
+        for key, chunk in self._poll_fetcher.poll(positions, timeout).items():
+            result[TopicPartition(*key)] = chunk.table
+            self._positions[key] = chunk.next_offset
+        return result
 
     def poll(self, timeout: float = 1.0) -> list[Record]:
         tables = self.poll_arrow(timeout)
@@ -314,6 +314,8 @@ class Consumer:
         return records
 
     def close(self) -> None:
+        if self._poll_fetcher is not None:
+            self._poll_fetcher.close()
         if self._owns_connections:
             self._connections.close()
 

@@ -48,6 +48,7 @@ ACTION_INIT_PRODUCER_ID = "init_producer_id"
 ACTION_LOCATE = "locate"  # where a fetch's batches are in the segment files (ads_spark/local_reads.py)
 
 FETCH = "fetch"
+FETCH_SESSION = "fetch_session"  # a DoExchange stream of fetches (broker/server.py)
 PRODUCE = "produce"
 
 ACKS_VALUES = {"0": 0, "1": 1, "all": -1, "-1": -1}

@@ -1,0 +1,220 @@
+"""The consumer's poll path: one long-polling fetch in flight per leader broker, answers buffered.
+
+``Consumer.poll`` used to ask each partition in turn with ``max_wait_ms=0`` and
+sleep 50 ms when none had data, so a record waited on average half that sleep
+plus a pass over every partition before anyone saw it. This is the shape of
+Kafka's consumer fetcher instead: poll sends, to every leader that has no fetch
+in flight, one fetch for all the assigned partitions it leads that have nothing
+buffered; the broker holds it until one of them has committed data (it wakes on
+the HW move, not on a timer) or ``fetch.max.wait.ms`` passes; poll returns as
+soon as any answer has data. An answer that arrives after poll returned stays
+buffered for the next poll, and is used only if it starts at the partition's
+position then (a seek in between drops it).
+
+A partition known to lag (its last answer ended below the HW), or not fetched
+yet, is first read through the local read path when the leader is on this host
+(``ads_spark/local_reads.py``): catching up moves segment bytes, the tail moves
+by long-poll.
+
+Bounds: one fetch per leader broker in flight (so threads <= brokers, capped by
+``FETCH_THREADS_MAX``), one buffered answer per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ads_spark.client import wire
+from ads_spark.client.fetch_session import FetchSession
+from ads_spark.errors import AdsError, error_for
+
+log = logging.getLogger("ads.client.poll")
+
+FETCH_THREADS_MAX = 16
+# After a retriable failure (leader moved, broker down) a leader is not asked again before this.
+RETRY_BACKOFF_S = 0.1
+
+
+@dataclass
+class _Answer:
+    start_offset_inclusive: int
+    chunk: object | None  # consumer.FetchedChunk
+    error: AdsError | None = None
+
+
+class PollFetcher:
+    def __init__(self, consumer):
+        self._consumer = consumer
+        self._connections = consumer._connections
+        self._executor = ThreadPoolExecutor(max_workers=FETCH_THREADS_MAX, thread_name_prefix="ads-poll")
+        self._changed = threading.Condition()
+        # Invariant: a broker id is in _in_flight from the moment its fetch is submitted until its answers
+        # are in _answers; so at most one fetch per leader is outstanding.
+        self._in_flight: set[int] = set()
+        self._answers: dict[tuple[str, int], _Answer] = {}
+        # Whether a partition's last answer ended below the HW; unknown (never fetched) counts as lagging.
+        self._lagging: dict[tuple[str, int], bool] = {}
+        self._not_before: dict[int, float] = {}  # broker id -> monotonic time it may be asked again
+        self._sessions: dict[tuple[str, int], FetchSession] = {}  # one per broker address
+        self._closed = False
+
+    def poll(self, positions: dict[tuple[str, int], int], timeout_s: float) -> dict[tuple[str, int], object]:
+        """Chunks (starting at the partition's position) for partitions that have committed data."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            ready = self._take_ready(positions)
+            if ready:
+                return ready
+            self._send_fetches(positions)
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return {}
+            with self._changed:
+                if not self._answers:
+                    self._changed.wait(remaining_s)
+
+    def _take_ready(self, positions) -> dict:
+        ready, error = {}, None
+        with self._changed:
+            for key, answer in list(self._answers.items()):
+                if key not in positions or answer.start_offset_inclusive != positions[key]:
+                    del self._answers[key]  # assignment or position changed while it was in flight
+                    continue
+                if answer.error is not None:
+                    del self._answers[key]
+                    error = error or answer.error
+                    continue
+                if answer.chunk.table.num_rows:
+                    ready[key] = self._answers.pop(key).chunk
+                else:
+                    del self._answers[key]
+        if error is not None and not ready:
+            raise error
+        return ready
+
+    def _send_fetches(self, positions) -> None:
+        by_leader: dict[int, list] = {}
+        now = time.monotonic()
+        for key, position in positions.items():
+            meta, broker = self._connections.leader_of(*key)
+            by_leader.setdefault(meta.leader, []).append((key, position, meta.leader_epoch, broker))
+        with self._changed:
+            if self._closed:
+                return
+            for leader, wanted in by_leader.items():
+                if leader in self._in_flight or self._not_before.get(leader, 0.0) > now:
+                    continue
+                wanted = [w for w in wanted if w[0] not in self._answers]
+                if wanted:
+                    self._in_flight.add(leader)
+                    self._executor.submit(self._fetch_from_leader, leader, wanted)
+
+    def _fetch_from_leader(self, leader: int, wanted: list) -> None:
+        answers: dict[tuple[str, int], _Answer] = {}
+        try:
+            answers = self._fetch_local(wanted) or self._fetch_remote(wanted)
+        except AdsError as exc:
+            if exc.retriable:
+                self._connections.mark_stale()
+            answers = {key: _Answer(position, None, None if exc.retriable else exc)
+                       for key, position, _, _ in wanted}
+            if exc.retriable:
+                self._not_before[leader] = time.monotonic() + RETRY_BACKOFF_S
+        except Exception as exc:  # a bug must not wedge poll: the leader is asked again after a pause
+            log.warning("poll fetch from broker %s failed: %r", leader, exc)
+            self._not_before[leader] = time.monotonic() + RETRY_BACKOFF_S
+        finally:
+            with self._changed:
+                for key, answer in answers.items():
+                    if answer.chunk is not None or answer.error is not None:
+                        self._answers[key] = answer
+                self._in_flight.discard(leader)
+                self._changed.notify_all()
+
+    def _fetch_local(self, wanted: list) -> dict:
+        """Lagging partitions read from this host's segment files; {} when none had anything that way."""
+        answers = {}
+        for key, position, epoch, broker in wanted:
+            if not self._lagging.get(key, True):
+                continue
+            chunk = self._consumer._fetch_local(_tp(key), position, self._consumer.partition_fetch_max_bytes,
+                                                epoch, broker)
+            if chunk is not None and chunk.table.num_rows:
+                answers[key] = self._record(key, position, chunk)
+            else:
+                self._lagging[key] = False  # not local, or nothing to read: the long poll takes it
+        return answers
+
+    def _record(self, key, position: int, chunk) -> _Answer:
+        self._lagging[key] = chunk.next_offset < chunk.high_watermark
+        return _Answer(position, chunk)
+
+    def _fetch_remote(self, wanted: list) -> dict:
+        """One fetch for every wanted partition of this leader, held by the broker until one has data."""
+        consumer = self._consumer
+        broker = wanted[0][3]
+        budget = consumer.partition_fetch_max_bytes
+        request = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": consumer.fetch_max_wait_ms, "min_bytes": 1,
+                   "max_bytes": consumer.fetch_max_bytes, "client_rack": consumer.client_rack,
+                   "partitions": [{"topic": key[0], "partition": key[1], "fetch_offset": position,
+                                   "current_leader_epoch": epoch, "partition_max_bytes": budget}
+                                  for key, position, epoch, _ in wanted]}
+        timeout_s = (consumer.fetch_max_wait_ms + self._connections.request_timeout_ms) / 1000
+        batches: dict[tuple[str, int], list] = {}
+        infos: dict[tuple[str, int], dict] = {}
+        try:
+            answer = self._session_for(broker).fetch(request, timeout_s)
+        except AdsError as error:
+            if error.retriable:
+                self._connections.drop(broker.host, broker.port)
+            raise
+        for meta, data in answer:
+            key = (meta["topic"], meta["partition"])
+            if "error_code" in meta:
+                infos[key] = meta
+            if data is not None and data.num_rows:
+                batches.setdefault(key, []).append(data)
+        return {key: self._answer_from(key, position, infos.get(key), batches.get(key, []))
+                for key, position, _, _ in wanted}
+
+    def _session_for(self, broker) -> FetchSession:
+        key = (broker.host, broker.port)
+        with self._changed:
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = FetchSession(
+                    lambda: self._connections.client_for(broker.host, broker.port))
+            return session
+
+    def _answer_from(self, key, position: int, info: dict | None, batches: list) -> _Answer:
+        from ads_spark.client.consumer import _chunk
+
+        if info is None:
+            return _Answer(position, None, error_for(-1, f"fetch response carried no metadata for {key}"))
+        if info["error_code"]:
+            error = error_for(info["error_code"], info.get("message", ""))
+            if error.retriable:
+                self._connections.mark_stale()
+                return _Answer(position, None, None)
+            return _Answer(position, None, error)
+        chunk = _chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]))
+        return self._record(key, position, chunk)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+        # An in-flight long poll ends within fetch.max.wait.ms; the threads are not waited for.
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        for session in list(self._sessions.values()):
+            session.cancel_if_overdue(float("inf"))
+            session.close()
+
+
+def _tp(key):
+    from ads_spark.client.consumer import TopicPartition
+
+    return TopicPartition(*key)

@@ -1,0 +1,160 @@
+"""``Consumer.poll`` long-polls the leaders over fetch sessions: it wakes when records are committed, not on a
+timer, keeps at most one fetch per leader in flight, honours seeks made while a fetch was out, and a fetch
+session survives a malformed request with a typed error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from ads_spark.client import Consumer, Producer, TopicPartition, wire
+from ads_spark.client.connection import Connections
+from ads_spark.client.fetch_session import FetchSession
+from ads_spark.errors import InvalidRequestError, UnknownTopicOrPartitionError
+
+pytestmark = pytest.mark.integration
+
+
+def _consumer_fetches(cluster) -> float:
+    """Consumer fetches served so far, summed over the brokers' metrics endpoints."""
+    status = subprocess.run([sys.executable, "-m", "ads_spark.cli.main", "cluster", "status", "--dir",
+                             str(cluster.dir), "--json"], capture_output=True, text=True, timeout=60)
+    total = 0.0
+    for broker in json.loads(status.stdout)["brokers"]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{broker['metrics_port']}/metrics", timeout=10).read()
+        for line in text.decode().splitlines():
+            if line.startswith('ads_requests_total{request="fetch_consumer"}'):
+                total += float(line.split()[1])
+    return total
+
+
+def test_poll_wakes_when_records_are_committed_and_idles_cheaply(admin, bootstrap, cluster, topic_name):
+    admin.create_topic(topic_name, partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "fetch.max.wait.ms": 500})
+    consumer.assign([TopicPartition(topic_name, p, 0) for p in range(3)])
+    try:
+        fetches_before = _consumer_fetches(cluster)
+        idle_started = time.monotonic()
+        assert consumer.poll(timeout=2.0) == []
+        idle_s = time.monotonic() - idle_started
+        idle_fetches = _consumer_fetches(cluster) - fetches_before
+        assert 1.9 <= idle_s < 4.0
+        # One long poll per leader per fetch.max.wait.ms, not a fetch per partition every few ms
+        # (the old poll loop asked each partition ~40 times in 2 s).
+        assert idle_fetches <= 3 * (2.0 / 0.5 + 2), idle_fetches
+
+        polled: list = []
+        returned_at: list[float] = []
+
+        def poll_once():
+            polled.extend(consumer.poll(timeout=10.0))
+            returned_at.append(time.monotonic())
+
+        poller = threading.Thread(target=poll_once)
+        poller.start()
+        time.sleep(0.5)  # the poll is now waiting inside the brokers
+        with Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0}) as producer:
+            producer.produce(topic_name, value=b"wake", partition=1).result(timeout=30)
+            acknowledged_at = time.monotonic()
+        poller.join(15)
+        assert [(r.partition, r.offset, r.value) for r in polled] == [(1, 0, b"wake")]
+        assert returned_at[0] - acknowledged_at < 0.3  # woken by the HW move, well inside fetch.max.wait.ms
+    finally:
+        consumer.close()
+
+
+def test_poll_returns_everything_once_in_order_and_honours_a_seek(admin, bootstrap, topic_name):
+    admin.create_topic(topic_name, partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    with Producer({"bootstrap.servers": bootstrap}) as producer:
+        for i in range(2000):
+            producer.produce(topic_name, value=str(i).encode(), partition=i % 2)
+        producer.flush(60)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "max.partition.fetch.bytes": 8192})
+    consumer.assign([TopicPartition(topic_name, p, 0) for p in range(2)])
+    try:
+        seen: dict[int, list[int]] = {0: [], 1: []}
+        deadline = time.monotonic() + 60
+        while sum(map(len, seen.values())) < 2000 and time.monotonic() < deadline:
+            for record in consumer.poll(timeout=1.0):
+                seen[record.partition].append(record.offset)
+        assert seen == {0: list(range(1000)), 1: list(range(1000))}
+        # A fetch may be in flight for partition 0 now; after the seek only offsets from 990 may come back.
+        consumer.seek(TopicPartition(topic_name, 0, 990))
+        again = []
+        while len(again) < 10 and time.monotonic() < deadline:
+            again.extend(r.offset for r in consumer.poll(timeout=1.0) if r.partition == 0)
+        assert again == list(range(990, 1000))
+    finally:
+        consumer.close()
+
+
+def test_poll_of_an_unknown_topic_is_a_typed_error(bootstrap):
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.assign([TopicPartition("no-such-topic-poll", 0, 0)])
+            consumer.poll(timeout=1.0)
+    finally:
+        consumer.close()
+
+
+def test_a_fetch_session_answers_bad_requests_with_errors_and_keeps_serving(admin, bootstrap, topic_name):
+    admin.create_topic(topic_name, partitions=1, replication_factor=1)
+    with Producer({"bootstrap.servers": bootstrap}) as producer:
+        producer.produce(topic_name, value=b"kept", partition=0).result(timeout=30)
+    connections = Connections({"bootstrap.servers": bootstrap})
+    _, leader = connections.leader_of(topic_name, 0)
+    client = flight.connect(wire.address_of(leader.host, leader.port))
+    session = FetchSession(lambda: client)
+    good = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
+            "partitions": [{"topic": topic_name, "partition": 0, "fetch_offset": 0}]}
+    try:
+        with pytest.raises(InvalidRequestError, match="fetch offset must be >= 0"):
+            session.fetch({**good, "partitions": [{"topic": topic_name, "partition": 0, "fetch_offset": -5}]}, 10)
+        with pytest.raises(InvalidRequestError, match="type 'fetch'"):
+            session.fetch({"type": "nonsense"}, 10)
+        answer = session.fetch(good, 10)  # the same stream, still serving
+        values = [v for _, data in answer if data is not None and data.num_rows
+                  for v in data.column("value").to_pylist()]
+        assert values == [b"kept"]
+    finally:
+        session.close()
+        client.close()
+        connections.close()
+
+
+class _SlowServer(flight.FlightServerBase):
+    """Answers nothing until released: a broker behind a link that stopped delivering packets."""
+
+    released = threading.Event()
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        writer.begin(pa.schema([]))
+        for _ in reader:
+            self.released.wait(30)
+
+
+def test_an_unanswered_fetch_is_cancelled_at_its_deadline():
+    from ads_spark.errors import RequestTimedOutError
+
+    server = _SlowServer("grpc+tcp://127.0.0.1:0")
+    client = flight.connect(f"grpc+tcp://127.0.0.1:{server.port}")
+    session = FetchSession(lambda: client)
+    try:
+        started = time.monotonic()
+        with pytest.raises(RequestTimedOutError):
+            session.fetch({"type": wire.FETCH, "partitions": []}, timeout_s=0.5)
+        assert time.monotonic() - started < 3.0
+    finally:
+        server.released.set()
+        session.close()
+        client.close()
+        server.shutdown()
