@@ -83,5 +83,10 @@ class _StateCollector:
                 ("ads_leader_election_seconds", "time this broker's controller spent writing and pushing decisions",
                  getattr(controller, "election_seconds", 0.0))):
             yield CounterMetricFamily(name, help_text, value=value)
+        requests = CounterMetricFamily("ads_requests", "data-plane requests handled, by kind", labels=["request"])
+        handlers = getattr(self.broker, "data", None)
+        for kind, count in (getattr(handlers, "request_counts", None) or {}).items():
+            requests.add_metric([kind], count)
+        yield requests
         yield leo
         yield size
