@@ -14,7 +14,8 @@ from ads_spark.errors import (
     CorruptMessageError, InvalidRequestError, InvariantViolation, OffsetOutOfRangeError, RecordTooLargeError,
     StorageError,
 )
-from ads_spark.records import PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, verify
+from ads_spark.broker.log.segment import SCHEMA_MESSAGE, encode_sealed_message
+from ads_spark.records import PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader, seal, verify
 from tests.unit.test_log_support import open_log, produce_batch, stored_values, values_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -50,6 +51,21 @@ def test_leader_append_assigns_offsets_and_seals_header(tmp_path):
         verify(batch, header)
     assert stored_values(log) == {i: b"value-%d" % i for i in range(5)}
     assert batches[1][0].column("timestamp").cast(pa.int64()).to_pylist() == [50, 40]
+
+
+@pytest.mark.parametrize("max_timestamp_ms", [0, 1_700_000_000_000])  # the second holds ten zeros in a row
+def test_one_serialization_seal_equals_seal_then_encode(max_timestamp_ms):
+    offsets = pa.array(np.arange(40, 43, dtype=np.int64))
+    produced = produce_batch(values_for(40, 3))
+    batch = pa.RecordBatch.from_arrays([offsets, *produced.columns], schema=RECORD_SCHEMA)
+    unsealed = BatchHeader(40, 3, 7, max_timestamp_ms, 0, 12, 1, 5)
+    message, header = encode_sealed_message(batch, unsealed)
+    assert header == seal(batch, unsealed) and header.crc != 0
+    stream = pa.py_buffer(SCHEMA_MESSAGE + message.to_pybytes())
+    decoded, metadata = ipc.open_stream(stream).read_next_batch_with_custom_metadata()
+    assert decoded.equals(batch)
+    assert BatchHeader.from_metadata(metadata) == header
+    verify(decoded, header)
 
 
 def test_log_append_time_overwrites_record_timestamps(tmp_path):

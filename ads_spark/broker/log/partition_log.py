@@ -34,7 +34,7 @@ from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.index import IndexInconsistent
 from ads_spark.broker.log.segment import (
-    LogSegment, encode_batch_message, parse_segment_file_name, remove_stray_files,
+    LogSegment, encode_batch_message, encode_sealed_message, parse_segment_file_name, remove_stray_files,
 )
 from ads_spark.errors import (
     CorruptMessageError, InvalidRequestError, InvariantViolation, OffsetOutOfRangeError,
@@ -42,7 +42,7 @@ from ads_spark.errors import (
 )
 from ads_spark.records import (
     PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
-    message_crc, seal,
+    message_crc,
 )
 
 log = logging.getLogger("ads.log")
@@ -218,9 +218,10 @@ class PartitionLog:
             self._ensure_open()
             base = self.log_end_offset
             records, max_timestamp_ms = _stamp(batch, base, timestamp_type, now_ms)
-            header = seal(records, BatchHeader(base, batch.num_rows, leader_epoch, max_timestamp_ms,
-                                               timestamp_type, producer_id, producer_epoch, base_sequence))
-            self._write_locked([(encode_batch_message(records, header), header)], now_ms)
+            message, header = encode_sealed_message(records, BatchHeader(
+                base, batch.num_rows, leader_epoch, max_timestamp_ms, timestamp_type, producer_id, producer_epoch,
+                base_sequence))
+            self._write_locked([(message, header)], now_ms)
             return header
 
     def append_as_follower(self, batches: Sequence[tuple[pa.RecordBatch, BatchHeader]], *, now_ms: int) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,7 +33,7 @@ import pyarrow.ipc as ipc
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.index import IndexEntry, IndexInconsistent, SegmentIndex
 from ads_spark.errors import CorruptMessageError, StorageError
-from ads_spark.records import RECORD_SCHEMA, BatchHeader, verify
+from ads_spark.records import RECORD_SCHEMA, BatchHeader, message_crc, verify
 
 log = logging.getLogger("ads.log")
 
@@ -68,6 +69,37 @@ def encode_batch_message(batch: pa.RecordBatch, header: BatchHeader) -> pa.Buffe
         writer.write_batch(batch, custom_metadata=header.to_metadata())
     stream = sink.getvalue()
     return stream.slice(len(SCHEMA_MESSAGE), stream.size - len(SCHEMA_MESSAGE) - _EOS_BYTES)
+
+
+# Ten characters, the width of a 32-bit CRC written as zero-padded decimal: the metadata is encoded
+# with this in the CRC's place, and the digits are written over it once the body's CRC is known.
+_CRC_SLOT = b"#crc-slot#"
+
+
+def encode_sealed_message(batch: pa.RecordBatch, header: BatchHeader) -> tuple[pa.Buffer, BatchHeader]:
+    """The IPC message of a batch the leader has just stamped, and its header with the CRC filled in.
+
+    One serialization: the CRC covers the message body, which does not depend on the
+    metadata, so the message is encoded first and the CRC's digits are patched into its
+    metadata in place (same width, so nothing moves). Sealing then encoding serialized
+    every produced batch twice.
+    """
+    metadata = header.to_metadata()
+    metadata["ads.crc"] = _CRC_SLOT.decode()
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, RECORD_SCHEMA) as writer:
+        writer.write_batch(batch, custom_metadata=metadata)
+    stream = sink.getvalue()  # a fresh, mutable buffer: the patch below writes into it
+    start = len(SCHEMA_MESSAGE)
+    message = stream.slice(start, stream.size - start - _EOS_BYTES)
+    crc = message_crc(message, header)
+    metadata_end = start + message.size - ipc.read_message(message).body.size
+    view = memoryview(stream).cast("B")
+    slot = bytes(view[start:metadata_end]).find(_CRC_SLOT)
+    if slot < 0:
+        raise StorageError("encoded batch metadata has no CRC slot")
+    view[start + slot:start + slot + len(_CRC_SLOT)] = f"{crc:010d}".encode()
+    return message, replace(header, crc=crc)
 
 
 def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], int, int, str | None]:
