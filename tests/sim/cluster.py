@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ads_spark.errors import ErrorCode
 from ads_spark.replication import dedupe, election, epochs

@@ -30,9 +30,8 @@ import random
 from dataclasses import dataclass, field
 
 from ads_spark.errors import ErrorCode
-from ads_spark.replication import dedupe, election, epochs
 from ads_spark.replication import partition as core
-from ads_spark.replication.state import BatchInfo, LeaderAndIsr, PartitionConfig, Role
+from ads_spark.replication.state import BatchInfo, LeaderAndIsr
 
 CLIENT = 100  # network id of producers and consumers
 IN_FLIGHT_MAX = 4000  # bound on queued network messages

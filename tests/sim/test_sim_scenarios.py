@@ -46,7 +46,7 @@ def test_kip966_last_replica_standing_elr_member_takes_over_without_loss():
     c = S.last_replica_standing()
     assert c.checker.violations == []
     assert c.checker.voided == set()
-    lead, a_b = 1, c.checker.elr_before_crash
+    a_b = c.checker.elr_before_crash
     assert len(a_b) == 1, "the lagging follower must be in the ELR"
     assert c.checker.leader_after_crash == a_b[0], "the ELR member leads after the last ISR member died"
     assert any("from ELR" in r for r in c.checker.elections)
