@@ -17,6 +17,7 @@ import time
 import zlib
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pyarrow as pa
 
 from ads_spark.errors import CorruptMessageError, InvalidRequestError
@@ -37,6 +38,22 @@ PRODUCE_SCHEMA = pa.schema(
 
 # What is stored, replicated and fetched: the produce columns plus the offset.
 RECORD_SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False), *PRODUCE_SCHEMA])
+
+# How a follower fetch session carries stored batches: one row per batch, the IPC message bytes of the
+# segment as they are, so the follower writes what the leader wrote (broker/log/fetched.py checks them).
+REPLICA_MESSAGE_SCHEMA = pa.schema([pa.field("message", pa.binary(), nullable=False)])
+
+
+def as_message_batch(message: pa.Buffer) -> pa.RecordBatch:
+    """A one-row REPLICA_MESSAGE_SCHEMA batch over ``message`` (no copy: the row points at the buffer)."""
+    offsets = pa.py_buffer(np.array([0, message.size], dtype=np.int32))
+    column = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, message])
+    return pa.RecordBatch.from_arrays([column], schema=REPLICA_MESSAGE_SCHEMA)
+
+
+def message_of(batch: pa.RecordBatch) -> pa.Buffer:
+    """The message a one-row REPLICA_MESSAGE_SCHEMA batch carries (no copy)."""
+    return batch.column(0)[0].as_buffer()
 
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1

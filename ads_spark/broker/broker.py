@@ -140,8 +140,8 @@ class Broker:
             **self.admin.handlers(),
         }
 
-    def handle_fetch(self, request: dict) -> list:
-        return self.data.handle_fetch(request)
+    def handle_fetch(self, request: dict, replica_messages: bool = False) -> list:
+        return self.data.handle_fetch(request, replica_messages)
 
     def handle_produce_chunk(self, batch, app_metadata, respond) -> None:
         self.data.handle_produce_chunk(batch, app_metadata, respond)

@@ -18,7 +18,7 @@ from ads_spark.local_reads import describe_segments, host_identity
 from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, error_for
 from ads_spark.broker.partition import Partition
 from ads_spark.broker.server import error_response
-from ads_spark.records import conform_produce_batch, now_ms
+from ads_spark.records import as_message_batch, conform_produce_batch, now_ms
 
 FETCH_MAX_BYTES_DEFAULT = 50 << 20
 PARTITION_FETCH_MAX_BYTES_DEFAULT = 1 << 20
@@ -72,8 +72,11 @@ class DataHandlers:
 
     # ---- fetch --------------------------------------------------------------------
 
-    def handle_fetch(self, request: dict[str, Any]) -> list[tuple[dict, list]]:
+    def handle_fetch(self, request: dict[str, Any], replica_messages: bool = False) -> list[tuple[dict, list]]:
+        """``replica_messages``: a follower's session; batches go as stored IPC messages (REPLICA_MESSAGE_SCHEMA)."""
         replica_id = wire.optional(request, "replica_id", int, -1, "fetch")
+        if replica_messages and replica_id < 0:
+            raise InvalidRequestError("a replica fetch session serves followers only (replica_id >= 0)")
         broker_epoch = wire.optional(request, "broker_epoch", int, -1, "fetch")
         max_wait_ms = max(0, min(wire.optional(request, "max_wait_ms", int, 0, "fetch"),
                                  self.broker.config["fetch.wait.max.ms.max"]))
@@ -91,7 +94,8 @@ class DataHandlers:
         try:
             while True:
                 changed.clear()
-                responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes, client_rack)
+                responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes, client_rack,
+                                                        replica_messages)
                 remaining_s = deadline - time.monotonic()
                 if total_bytes >= min_bytes or remaining_s <= 0 or self._any_error(responses):
                     if not total_bytes:
@@ -121,14 +125,16 @@ class DataHandlers:
                                                         PARTITION_FETCH_MAX_BYTES_DEFAULT, what)),
         }
 
-    def _read_all(self, specs, replica_id: int, broker_epoch: int, max_bytes: int, client_rack: str | None):
+    def _read_all(self, specs, replica_id: int, broker_epoch: int, max_bytes: int, client_rack: str | None,
+                  replica_messages: bool = False):
         responses, total_bytes = [], 0
         for spec in specs:
             budget = max(1, min(spec["partition_max_bytes"], max_bytes - total_bytes))
             meta = {"topic": spec["topic"], "partition": spec["partition"], "error_code": 0}
             try:
                 partition = self.replicas.get(spec["topic"], spec["partition"])
-                batches = self._read_one(partition, spec, replica_id, broker_epoch, budget, meta, client_rack)
+                batches = self._read_one(partition, spec, replica_id, broker_epoch, budget, meta, client_rack,
+                                         replica_messages)
             except AdsError as exc:
                 meta.update(error_code=int(exc.code), message=exc.message or str(exc))
                 batches = []
@@ -137,9 +143,10 @@ class DataHandlers:
         return responses, total_bytes
 
     def _read_one(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
-                  meta: dict, client_rack: str | None = None) -> list:
+                  meta: dict, client_rack: str | None = None, replica_messages: bool = False) -> list:
         if replica_id >= 0:
-            return self._read_for_follower(partition, spec, replica_id, broker_epoch, budget, meta)
+            return self._read_for_follower(partition, spec, replica_id, broker_epoch, budget, meta,
+                                           replica_messages)
         allow_follower = self.broker.may_serve_follower_read(client_rack)
         end = partition.consumer_read_bound(spec["current_leader_epoch"], spec["fetch_offset"], allow_follower)
         state = partition.state
@@ -148,7 +155,7 @@ class DataHandlers:
         return partition.read(spec["fetch_offset"], end, budget)
 
     def _read_for_follower(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
-                           meta: dict) -> list:
+                           meta: dict, replica_messages: bool = False) -> list:
         """The core decides (fencing, divergence, ISR, HW); this reads what it says to send."""
         reply = partition.on_follower_fetch(replica_id, broker_epoch, spec["current_leader_epoch"],
                                             spec["fetch_offset"], spec["last_fetched_epoch"], now_ms())
@@ -163,7 +170,10 @@ class DataHandlers:
         budget = partition.replication_budget(replica_id, budget, time.monotonic())
         if budget <= 0:
             return []  # throttled catch-up (reassignment): the follower asks again
-        return partition.read(spec["fetch_offset"], reply.read_end_offset_exclusive, budget)
+        if not replica_messages:
+            return partition.read(spec["fetch_offset"], reply.read_end_offset_exclusive, budget)
+        stored = partition.read(spec["fetch_offset"], reply.read_end_offset_exclusive, budget, as_messages=True)
+        return [(as_message_batch(message), header) for message, header in stored]
 
     # ---- locate (the local read path) -----------------------------------------------
 

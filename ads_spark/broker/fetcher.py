@@ -21,7 +21,7 @@ from ads_spark.client import wire
 from ads_spark.client.fetch_session import FetchSession
 from ads_spark.errors import AdsError, ErrorCode, InvariantViolation
 from ads_spark.broker.partition import Partition
-from ads_spark.records import now_ms
+from ads_spark.records import message_of, now_ms
 
 log = logging.getLogger("ads.broker.fetcher")
 
@@ -44,7 +44,7 @@ class FetcherThread(threading.Thread):
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._client: flight.FlightClient | None = None
-        self._session = FetchSession(self._connect)
+        self._session = FetchSession(self._connect, replica_messages=True)
 
     def add(self, partition: Partition) -> None:
         with self.lock:
@@ -113,8 +113,8 @@ class FetcherThread(threading.Thread):
             key = (meta["topic"], meta["partition"])
             if "error_code" in meta:
                 metas[key] = meta
-            if data is not None and data.num_rows:
-                pending.setdefault(key, []).append((data, wire.header_from_json(meta["header"])))
+            if data is not None and data.num_rows:  # one stored message: written as it is
+                pending.setdefault(key, []).append((message_of(data), wire.header_from_json(meta["header"])))
         for partition, fetch in partitions:
             meta = metas.get(partition.key)
             if meta is None:

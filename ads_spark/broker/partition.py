@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from ads_spark.broker.log.checkpoints import write_atomically
 from ads_spark.errors import CorruptMessageError, ErrorCode, InvariantViolation, RecordTooLargeError, error_for
-from ads_spark.broker.log.partition_log import encode_fetched
+from ads_spark.broker.log.fetched import check_fetched_messages, encode_fetched
 from ads_spark.records import BatchHeader
 from ads_spark.replication import dedupe
 from ads_spark.replication import partition as core
@@ -291,10 +291,11 @@ class Partition:
                                    f"log start {self.state.log_start_offset}, epoch {self.state.leader_epoch})")
         return end
 
-    def read(self, fetch_offset: int, end_offset_exclusive: int, max_bytes: int) -> list:
+    def read(self, fetch_offset: int, end_offset_exclusive: int, max_bytes: int, as_messages: bool = False) -> list:
         if fetch_offset >= end_offset_exclusive:
             return []
-        return self.log.read(fetch_offset, max_bytes=max_bytes, end_offset_exclusive=end_offset_exclusive)
+        return self.log.read(fetch_offset, max_bytes=max_bytes, end_offset_exclusive=end_offset_exclusive,
+                             as_messages=as_messages)
 
     def locate(self, fetch_offset: int, end_offset_exclusive: int, max_bytes: int) -> list:
         if fetch_offset >= end_offset_exclusive:
@@ -314,13 +315,16 @@ class Partition:
     def on_fetch_response(self, request: core.FetchRequest, meta: dict, batches: Sequence, now_ms: int) -> None:
         """The leader's answer to ``request``; batches are checked (offsets, CRC) before the core sees them.
 
-        Checking and encoding for the segment happen once, here, outside the partition lock
-        (``encode_fetched``); the append under the lock only writes the encoded messages.
+        Checking (and, for decoded batches, encoding) happen once, here, outside the partition
+        lock (``broker/log/fetched.py``); the append under the lock only writes the messages.
         """
         diverging = meta.get("diverging_epoch")
         headers = tuple(header for _, header in batches)
         try:
-            messages = encode_fetched(batches, request.fetch_offset)
+            if batches and isinstance(batches[0][0], pa.Buffer):  # stored messages (replica fetch session)
+                messages = check_fetched_messages(batches, request.fetch_offset)
+            else:
+                messages = encode_fetched(batches, request.fetch_offset)
         except CorruptMessageError as exc:
             raise CorruptMessageError(f"{self.topic}-{self.partition}: {exc}") from None
         event = core.FetchResponse(

@@ -20,7 +20,7 @@ import pyarrow.flight as flight
 
 from ads_spark.client import wire
 from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, InvariantViolation, error_for
-from ads_spark.records import RECORD_SCHEMA
+from ads_spark.records import RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA
 
 log = logging.getLogger("ads.broker.server")
 
@@ -89,8 +89,9 @@ class BrokerFlightServer(flight.FlightServerBase):
             request = wire.loads(descriptor.command, "exchange") if descriptor.command else None
             if not isinstance(request, dict) or request.get("type") != wire.FETCH_SESSION:
                 raise InvalidRequestError("an exchange must be a JSON command with type 'fetch_session'")
-            writer.begin(RECORD_SCHEMA)
-            _serve_fetch_session(self.broker, reader, writer)
+            replica_messages = bool(request.get("replica_messages", False))
+            writer.begin(REPLICA_MESSAGE_SCHEMA if replica_messages else RECORD_SCHEMA)
+            _serve_fetch_session(self.broker, reader, writer, replica_messages)
 
         _boundary("fetch session", run)
 
@@ -113,11 +114,14 @@ class BrokerFlightServer(flight.FlightServerBase):
 _EMPTY_BATCH = pa.RecordBatch.from_arrays([pa.array([], field.type) for field in RECORD_SCHEMA], schema=RECORD_SCHEMA)
 
 
-def _fetch_stream(responses):
+_EMPTY_MESSAGE_BATCH = pa.RecordBatch.from_arrays([pa.array([], pa.binary())], schema=REPLICA_MESSAGE_SCHEMA)
+
+
+def _fetch_stream(responses, empty_batch=_EMPTY_BATCH):
     """Yield (batch, metadata) pairs; a partition with no data yields an empty batch carrying its metadata."""
     for partition_meta, batches in responses:
         if not batches:
-            yield _EMPTY_BATCH, pa.py_buffer(wire.dumps(partition_meta))
+            yield empty_batch, pa.py_buffer(wire.dumps(partition_meta))
             continue
         for index, (batch, header) in enumerate(batches):
             meta = dict(partition_meta) if index == 0 else {"topic": partition_meta["topic"],
@@ -129,7 +133,8 @@ def _fetch_stream(responses):
 _END_OF_ANSWER = pa.py_buffer(wire.dumps({"end": True}))
 
 
-def _serve_fetch_session(broker, reader, writer) -> None:
+def _serve_fetch_session(broker, reader, writer, replica_messages: bool) -> None:
+    empty = _EMPTY_MESSAGE_BATCH if replica_messages else _EMPTY_BATCH
     while True:
         try:
             chunk = reader.read_chunk()
@@ -139,7 +144,7 @@ def _serve_fetch_session(broker, reader, writer) -> None:
             request = wire.loads(chunk.app_metadata, "fetch")
             if not isinstance(request, dict) or request.get("type") != wire.FETCH:
                 raise InvalidRequestError("a fetch session request must be a JSON object with type 'fetch'")
-            for batch, metadata in _fetch_stream(broker.handle_fetch(request)):
+            for batch, metadata in _fetch_stream(broker.handle_fetch(request, replica_messages), empty):
                 writer.write_with_metadata(batch, metadata)
             end = _END_OF_ANSWER
         except AdsError as exc:

@@ -24,7 +24,7 @@ import pyarrow.flight as flight
 
 from ads_spark.client import wire
 from ads_spark.errors import AdsError, RequestTimedOutError, error_for
-from ads_spark.records import RECORD_SCHEMA
+from ads_spark.records import RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA
 
 SESSION_DEADLINE_S = 1800.0  # gRPC's own bound on a stream a vanished peer leaves open
 SESSION_ROTATE_S = 600.0
@@ -35,8 +35,10 @@ ANSWER_CHUNKS_MAX = 1_000_000  # a broker answers one chunk per batch: far below
 class FetchSession:
     """Not for concurrent use by several threads at once: one request is outstanding at a time."""
 
-    def __init__(self, connect: Callable[[], flight.FlightClient]):
+    def __init__(self, connect: Callable[[], flight.FlightClient], replica_messages: bool = False):
         self._connect = connect  # the broker's current client (a dropped one is replaced)
+        # A follower's session: batches arrive as the leader's stored IPC messages (REPLICA_MESSAGE_SCHEMA).
+        self._replica_messages = replica_messages
         self._lock = threading.Lock()
         self._writer = None
         self._reader = None
@@ -80,10 +82,11 @@ class FetchSession:
         if self._writer is not None and time.monotonic() - self._opened_monotonic < SESSION_ROTATE_S:
             return
         self._close_locked()
-        descriptor = flight.FlightDescriptor.for_command(wire.dumps({"type": wire.FETCH_SESSION}))
+        descriptor = flight.FlightDescriptor.for_command(wire.dumps(
+            {"type": wire.FETCH_SESSION, "replica_messages": self._replica_messages}))
         self._writer, self._reader = self._connect().do_exchange(
             descriptor, flight.FlightCallOptions(timeout=SESSION_DEADLINE_S))
-        self._writer.begin(RECORD_SCHEMA)
+        self._writer.begin(REPLICA_MESSAGE_SCHEMA if self._replica_messages else RECORD_SCHEMA)
         self._opened_monotonic = time.monotonic()
         _WATCHDOG.add(self)
 

@@ -14,8 +14,12 @@ from ads_spark.errors import (
     CorruptMessageError, InvalidRequestError, InvariantViolation, OffsetOutOfRangeError, RecordTooLargeError,
     StorageError,
 )
+from ads_spark.broker.log.fetched import check_fetched_messages
 from ads_spark.broker.log.segment import SCHEMA_MESSAGE, encode_sealed_message
-from ads_spark.records import PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader, seal, verify
+from ads_spark.records import (
+    PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader, as_message_batch, message_of, seal,
+    verify,
+)
 from tests.unit.test_log_support import open_log, produce_batch, stored_values, values_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -108,6 +112,35 @@ def test_follower_append_copies_leader_batches_exactly(tmp_path):
     assert stored_values(follower) == stored_values(leader)
     follower.append_as_follower([], now_ms=0)
     assert follower.log_end_offset == 8
+
+
+def test_stored_messages_replicate_byte_for_byte(tmp_path):
+    leader, follower = open_log(tmp_path / "a-0"), open_log(tmp_path / "b-0")
+    fill(leader, [3, 1, 4], epoch=2)
+    messages = leader.read(0, max_bytes=1 << 20, as_messages=True)
+    assert [h for _, h in messages] == [h for _, h in leader.read(0, max_bytes=1 << 20)]
+    # Through the wire form a follower session uses: one row per stored message, no copy on either side.
+    carried = [(message_of(as_message_batch(m)), h) for m, h in messages]
+    follower.append_encoded(check_fetched_messages(carried, 0), now_ms=0)
+    assert segment_files(tmp_path / "b-0")[0].read_bytes() == segment_files(tmp_path / "a-0")[0].read_bytes()
+    assert [h for _, h in follower.batches()] == [h for _, h in leader.batches()]
+
+
+def test_fetched_messages_are_all_checked_before_any_is_written(tmp_path):
+    leader = open_log(tmp_path / "a-0")
+    fill(leader, [2, 2, 2])
+    good = leader.read(0, max_bytes=1 << 20, as_messages=True)
+    flipped = bytearray(good[1][0].to_pybytes())
+    flipped[-20] ^= 0xFF  # a bit error in the body of the second batch
+    for bad, why in [
+        ([good[0], (pa.py_buffer(bytes(flipped)), good[1][1]), good[2]], "CRC mismatch"),
+        ([good[0], (good[1][0], dataclasses.replace(good[1][1], crc=good[1][1].crc ^ 1))], "CRC mismatch"),
+        ([good[0], good[2]], "expected 2"),  # a gap
+        ([(good[0][0], dataclasses.replace(good[0][1], record_count=3))], "header says 3"),
+        ([(pa.py_buffer(b"not an ipc message"), good[0][1])], "not an IPC record batch"),
+    ]:
+        with pytest.raises(CorruptMessageError, match=why):
+            check_fetched_messages(bad, 0)
 
 
 def test_follower_append_checks_everything_before_writing(tmp_path):

@@ -32,17 +32,17 @@ import pyarrow.compute as pc
 
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.config import LogConfig
+from ads_spark.broker.log.fetched import encode_fetched
 from ads_spark.broker.log.index import IndexInconsistent
 from ads_spark.broker.log.segment import (
-    LogSegment, encode_batch_message, encode_sealed_message, parse_segment_file_name, remove_stray_files,
+    LogSegment, encode_sealed_message, parse_segment_file_name, remove_stray_files,
 )
 from ads_spark.errors import (
-    CorruptMessageError, InvalidRequestError, InvariantViolation, OffsetOutOfRangeError,
+    InvalidRequestError, InvariantViolation, OffsetOutOfRangeError,
     RecordTooLargeError, StorageError,
 )
 from ads_spark.records import (
     PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
-    message_crc,
 )
 
 log = logging.getLogger("ads.log")
@@ -97,39 +97,6 @@ def _stamp(batch: pa.RecordBatch, base_offset: int, timestamp_type: int, now_ms:
     else:
         max_timestamp_ms = pc.max(columns[0]).value
     return pa.RecordBatch.from_arrays([offsets, *columns], schema=RECORD_SCHEMA), max_timestamp_ms
-
-
-def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
-                   first_offset: int) -> list[tuple[pa.Buffer, BatchHeader]]:
-    """Check a follower's fetched batches and encode each once into its segment message.
-
-    Offsets must run on from ``first_offset``, batches must be RECORD_SCHEMA with an
-    offset column that agrees with the header, and the CRC is checked over the body
-    of the message just encoded (``message_crc``), so a batch is serialized once on
-    its way to disk. Pure (touches no log): the broker runs it before the replication
-    core sees the batches, so a corrupt response changes nothing.
-    """
-    expected = first_offset
-    messages = []
-    for batch, header in batches:
-        if header.base_offset != expected:
-            raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected}")
-        if not batch.schema.equals(RECORD_SCHEMA):
-            raise CorruptMessageError(f"batch at {header.base_offset} is not in RECORD_SCHEMA")
-        if batch.num_rows != header.record_count or header.record_count <= 0:
-            raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
-                                      f"header says {header.record_count}")
-        offsets = batch.column(0)
-        if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
-            raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
-        message = encode_batch_message(batch, header)
-        actual = message_crc(message, header)
-        if actual != header.crc:
-            raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
-                                      f"stored {header.crc}, computed {actual}")
-        messages.append((message, header))
-        expected = header.next_offset
-    return messages
 
 
 def _first_at_or_after(batch: pa.RecordBatch, timestamp_ms: int, min_offset: int) -> tuple[int, int] | None:
@@ -295,9 +262,12 @@ class PartitionLog:
 
     # ---- reads ----------------------------------------------------------------------------------
 
-    def read(self, start_offset_inclusive: int, *, max_bytes: int,
-             end_offset_exclusive: int | None = None) -> list[tuple[pa.RecordBatch, BatchHeader]]:
+    def read(self, start_offset_inclusive: int, *, max_bytes: int, end_offset_exclusive: int | None = None,
+             as_messages: bool = False) -> list[tuple[pa.RecordBatch | pa.Buffer, BatchHeader]]:
         """Whole stored batches from the one holding ``start_offset_inclusive``.
+
+        ``as_messages``: each batch as its stored IPC message bytes (what a follower
+        writes as they are) instead of a decoded record batch.
 
         At least one batch when any starts below the end (so a consumer progresses
         past a batch larger than ``max_bytes``); never a batch starting at or after
@@ -323,7 +293,7 @@ class PartitionLog:
                     entry = segment.index.entry(j)
                     if entry.base_offset >= end or (result and total_bytes + entry.size > max_bytes):
                         return result
-                    result.append(segment.read_batch(j))
+                    result.append(segment.read_message(j) if as_messages else segment.read_batch(j))
                     total_bytes += entry.size
             return result
 

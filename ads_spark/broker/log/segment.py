@@ -325,6 +325,14 @@ class LogSegment:
                                f"file has {header.base_offset}; the segment changed under the log")
         return batch, header
 
+    def read_message(self, i: int) -> tuple[pa.Buffer, BatchHeader]:
+        """The i-th stored batch as the IPC message bytes on disk (mapped, not copied), with its header."""
+        _, header = self.read_batch(i)  # decodes the metadata only: checks the index against the file
+        entry = self.index.entry(i)
+        _, mapped = self._reader_covering(entry.end_position)
+        mapped.seek(entry.position)
+        return mapped.read_buffer(entry.size), header
+
     def _reader_covering(self, end_position: int):
         # A mapping covers the file as it was when mapped; appends need a fresh one.
         if self._reader is None or self._mapped_bytes < end_position:

@@ -1,0 +1,83 @@
+"""Checks of the batches a follower fetched, before any of them is written.
+
+Pure functions (they touch no log): the broker runs them before the replication
+core sees a fetch response, so a corrupt or out-of-sequence answer changes
+nothing. ``check_fetched_messages`` takes the leader's stored IPC messages as
+they are (the replica fetch path: written without decoding and re-encoding);
+``encode_fetched`` takes decoded record batches and encodes each once.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from ads_spark.broker.log.segment import encode_batch_message
+from ads_spark.errors import CorruptMessageError
+from ads_spark.records import RECORD_SCHEMA, BatchHeader, message_crc
+
+
+def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
+                   first_offset: int) -> list[tuple[pa.Buffer, BatchHeader]]:
+    """Check a follower's fetched batches and encode each once into its segment message.
+
+    Offsets must run on from ``first_offset``, batches must be RECORD_SCHEMA with an
+    offset column that agrees with the header, and the CRC is checked over the body
+    of the message just encoded (``message_crc``), so a batch is serialized once on
+    its way to disk. Pure (touches no log): the broker runs it before the replication
+    core sees the batches, so a corrupt response changes nothing.
+    """
+    expected = first_offset
+    messages = []
+    for batch, header in batches:
+        if header.base_offset != expected:
+            raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected}")
+        if not batch.schema.equals(RECORD_SCHEMA):
+            raise CorruptMessageError(f"batch at {header.base_offset} is not in RECORD_SCHEMA")
+        if batch.num_rows != header.record_count or header.record_count <= 0:
+            raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
+                                      f"header says {header.record_count}")
+        offsets = batch.column(0)
+        if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
+            raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
+        message = encode_batch_message(batch, header)
+        actual = message_crc(message, header)
+        if actual != header.crc:
+            raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
+                                      f"stored {header.crc}, computed {actual}")
+        messages.append((message, header))
+        expected = header.next_offset
+    return messages
+
+
+def check_fetched_messages(messages: Sequence[tuple[pa.Buffer, BatchHeader]],
+                           first_offset: int) -> list[tuple[pa.Buffer, BatchHeader]]:
+    """Check a follower's fetched stored messages, to be written as they are (no decode-and-encode).
+
+    The same checks as ``encode_fetched``: offsets run on from ``first_offset``, the
+    CRC over the message body and the header fields matches, and the batch (decoded
+    without copying) is RECORD_SCHEMA with the header's row count and offsets. Pure.
+    """
+    expected = first_offset
+    for message, header in messages:
+        if header.base_offset != expected:
+            raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected}")
+        try:
+            parsed = ipc.read_message(message)
+            batch = ipc.read_record_batch(parsed, RECORD_SCHEMA)
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptMessageError(f"fetched batch at {header.base_offset} is not an IPC record batch: {exc}")
+        if batch.num_rows != header.record_count or header.record_count <= 0:
+            raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
+                                      f"header says {header.record_count}")
+        offsets = batch.column(0)
+        if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
+            raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
+        actual = message_crc(message, header)
+        if actual != header.crc:
+            raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
+                                      f"stored {header.crc}, computed {actual}")
+        expected = header.next_offset
+    return list(messages)
