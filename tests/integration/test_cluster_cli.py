@@ -20,6 +20,7 @@ import pytest
 
 from ads_spark.client import Admin, Consumer, Producer, TopicPartition, wire
 from ads_spark.errors import (
+    AdsError,
     InvalidConfigError,
     InvalidRequestError,
     OffsetOutOfRangeError,
@@ -141,7 +142,10 @@ def test_sigkill_mid_write_recovers_every_acknowledged_record(fresh_cluster, top
             i = 0
             while not stop.is_set():
                 value = f"v{i}".encode()
-                future = producer.produce(topic_name, value=value, partition=0)
+                try:
+                    future = producer.produce(topic_name, value=value, partition=0)
+                except AdsError:  # the broker is gone and produce() could not learn the partition's leader
+                    return
                 future.add_done_callback(
                     lambda f, v=value: acknowledged.append(v) if f.exception() is None else None)
                 i += 1
