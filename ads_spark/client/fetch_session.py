@@ -51,7 +51,7 @@ class FetchSession:
         """The broker's answer to one fetch: (partition metadata, batch) per chunk, as DoGet would give."""
         with self._lock:
             try:
-                self._ensure_open()
+                self._ensure_open(timeout_s)
                 self._timed_out = False
                 self.deadline_monotonic = time.monotonic() + timeout_s
                 self._writer.write_metadata(pa.py_buffer(wire.dumps(request)))
@@ -78,13 +78,22 @@ class FetchSession:
             chunks.append((meta, chunk.data))
         raise error_for(-1, f"fetch answer longer than {ANSWER_CHUNKS_MAX} chunks")
 
-    def _ensure_open(self) -> None:
+    def _ensure_open(self, timeout_s: float) -> None:
         if self._writer is not None and time.monotonic() - self._opened_monotonic < SESSION_ROTATE_S:
             return
         self._close_locked()
+        client = self._connect()
+        # Opening a stream waits for the connection under the stream's own (long) deadline; a broker
+        # whose packets are dropped would hold it for gRPC's connect timeout. A bounded call first.
+        try:
+            client.list_actions(flight.FlightCallOptions(timeout=timeout_s))
+        except (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError):
+            raise
+        except Exception:  # any answer at all (even "not implemented") says the broker is reachable
+            pass
         descriptor = flight.FlightDescriptor.for_command(wire.dumps(
             {"type": wire.FETCH_SESSION, "replica_messages": self._replica_messages}))
-        self._writer, self._reader = self._connect().do_exchange(
+        self._writer, self._reader = client.do_exchange(
             descriptor, flight.FlightCallOptions(timeout=SESSION_DEADLINE_S))
         self._writer.begin(REPLICA_MESSAGE_SCHEMA if self._replica_messages else RECORD_SCHEMA)
         self._opened_monotonic = time.monotonic()

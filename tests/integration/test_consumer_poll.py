@@ -158,3 +158,20 @@ def test_an_unanswered_fetch_is_cancelled_at_its_deadline():
         session.close()
         client.close()
         server.shutdown()
+
+
+def test_a_fetch_to_a_broker_that_is_gone_fails_retriably_and_fast():
+    from ads_spark.cluster import free_port
+    from ads_spark.errors import AdsError
+
+    client = flight.connect(f"grpc+tcp://127.0.0.1:{free_port()}")
+    session = FetchSession(lambda: client)
+    try:
+        started = time.monotonic()
+        with pytest.raises(AdsError) as failure:
+            session.fetch({"type": wire.FETCH, "partitions": []}, timeout_s=2.0)
+        assert failure.value.retriable
+        assert time.monotonic() - started < 5.0
+    finally:
+        session.close()
+        client.close()
