@@ -10,6 +10,7 @@ readers such as the Spark source, with no per-record Python.
 from __future__ import annotations
 
 import itertools
+from itertools import repeat
 import logging
 import time
 from dataclasses import dataclass
@@ -52,8 +53,10 @@ class TopicPartition(NamedTuple):
         return (self.topic, self.partition)
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
+    """One consumed record. A NamedTuple: built ~3.5x faster than a frozen dataclass, which was half of
+    ``poll()``'s per-record cost (issue #7, the record-API consume case)."""
+
     topic: str
     partition: int
     offset: int
@@ -344,11 +347,13 @@ def _slice_offsets(table: pa.Table, start_inclusive: int, end_exclusive: int) ->
 
 
 def _to_records(tp: TopicPartition, table: pa.Table) -> list[Record]:
-    columns = table.drop_columns(["timestamp"]).to_pydict()
+    rows = table.num_rows
     timestamps_ms = table.column("timestamp").cast(pa.int64()).to_pylist()
-    headers = columns["headers"]
-    return [
-        Record(tp.topic, tp.partition, offset, ts, key, value, [(h["key"], h["value"]) for h in (headers[i] or [])])
-        for i, (offset, ts, key, value) in enumerate(
-            zip(columns["offset"], timestamps_ms, columns["key"], columns["value"]))
-    ]
+    headers_column = table.column("headers")
+    if headers_column.null_count == rows:
+        headers = [[] for _ in range(rows)]
+    else:
+        headers = [[(h["key"], h["value"]) for h in (entry or [])] for entry in headers_column.to_pylist()]
+    return list(map(Record._make, zip(repeat(tp.topic, rows), repeat(tp.partition, rows),
+                                      table.column("offset").to_pylist(), timestamps_ms,
+                                      table.column("key").to_pylist(), table.column("value").to_pylist(), headers)))

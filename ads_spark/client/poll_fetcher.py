@@ -69,13 +69,13 @@ class PollFetcher:
             ready = self._take_ready(positions)
             if ready:
                 return ready
-            self._send_fetches(positions)
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
+            retry_at = self._send_fetches(positions)
+            now = time.monotonic()
+            if now >= deadline:
                 return {}
             with self._changed:
-                if not self._answers:
-                    self._changed.wait(remaining_s)
+                if not self._answers:  # wait for an answer, or until a backed-off leader may be asked again
+                    self._changed.wait(min(deadline, retry_at) - now)
 
     def _take_ready(self, positions) -> dict:
         ready, error = {}, None
@@ -96,22 +96,34 @@ class PollFetcher:
             raise error
         return ready
 
-    def _send_fetches(self, positions) -> None:
+    def _send_fetches(self, positions) -> float:
+        """Send what is due; returns when a leader skipped for backing off may be asked again (inf: none)."""
         by_leader: dict[int, list] = {}
         now = time.monotonic()
+        retry_at = float("inf")
         for key, position in positions.items():
-            meta, broker = self._connections.leader_of(*key)
+            try:
+                meta, broker = self._connections.leader_of(*key)
+            except AdsError as exc:  # no leader right now (a failover): fetched once metadata names one
+                if not exc.retriable:
+                    raise
+                retry_at = min(retry_at, now + RETRY_BACKOFF_S)
+                continue
             by_leader.setdefault(meta.leader, []).append((key, position, meta.leader_epoch, broker))
         with self._changed:
             if self._closed:
-                return
+                return retry_at
             for leader, wanted in by_leader.items():
-                if leader in self._in_flight or self._not_before.get(leader, 0.0) > now:
+                if leader in self._in_flight:
+                    continue
+                if self._not_before.get(leader, 0.0) > now:
+                    retry_at = min(retry_at, self._not_before[leader])
                     continue
                 wanted = [w for w in wanted if w[0] not in self._answers]
                 if wanted:
                     self._in_flight.add(leader)
                     self._executor.submit(self._fetch_from_leader, leader, wanted)
+        return retry_at
 
     def _fetch_from_leader(self, leader: int, wanted: list) -> None:
         answers: dict[tuple[str, int], _Answer] = {}

@@ -175,3 +175,36 @@ def test_a_fetch_to_a_broker_that_is_gone_fails_retriably_and_fast():
     finally:
         session.close()
         client.close()
+
+
+def test_poll_rides_out_a_leader_failover(fresh_cluster, topic_name):
+    """A Kafka consumer's poll does not fail while a partition has no leader: it fetches again once metadata
+    names the new one. Every record acknowledged before and after the kill comes back once, in order."""
+    from ads_spark.client import Admin
+
+    cluster = fresh_cluster(brokers=3)
+    config = {"bootstrap.servers": cluster.bootstrap_servers}
+    admin = Admin(config)
+    consumer = Consumer({**config, "fetch.max.wait.ms": 200})
+    try:
+        admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        producer_config = {**config, "acks": "all", "delivery.timeout.ms": 60_000, "request.timeout.ms": 5_000}
+        with Producer(producer_config) as producer:
+            for i in range(100):
+                producer.produce(topic_name, value=b"%d" % i, partition=0)
+            assert producer.flush(60) == 0
+        consumer.assign([TopicPartition(topic_name, 0, 0)])
+        seen = [r.value for r in consumer.poll(timeout=5.0)]
+        leader = admin.describe_topics([topic_name])[0].partitions[0].leader
+        cluster.kill_broker(leader)
+        with Producer(producer_config) as producer:
+            for i in range(100, 200):
+                producer.produce(topic_name, value=b"%d" % i, partition=0)
+            assert producer.flush(90) == 0
+        deadline = time.monotonic() + 90
+        while len(seen) < 200 and time.monotonic() < deadline:
+            seen.extend(r.value for r in consumer.poll(timeout=1.0))  # must not raise mid-failover
+        assert seen == [b"%d" % i for i in range(200)]
+    finally:
+        consumer.close()
+        admin.close()
