@@ -13,6 +13,7 @@ exception back into the typed ``AdsError``.
 from __future__ import annotations
 
 import json
+from collections import abc
 from typing import Any, Mapping
 
 import pyarrow as pa
@@ -74,7 +75,8 @@ def loads(raw: bytes | pa.Buffer | None, what: str) -> Any:
 
 def require(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
     """A required field of a request body, type-checked (bool is not accepted as int)."""
-    if not isinstance(body, Mapping):
+    # typing.Mapping's isinstance costs ~1.2 us (about 20 per request); JSON objects are dicts.
+    if type(body) is not dict and not isinstance(body, abc.Mapping):
         raise InvalidRequestError(f"{what}: expected a JSON object")
     if key not in body:
         raise InvalidRequestError(f"{what}: missing field '{key}'")
