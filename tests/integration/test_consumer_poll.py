@@ -4,12 +4,8 @@ session survives a malformed request with a typed error."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -19,21 +15,9 @@ from ads_spark.client import Consumer, Producer, TopicPartition, wire
 from ads_spark.client.connection import Connections
 from ads_spark.client.fetch_session import FetchSession
 from ads_spark.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from tests.fixtures.cluster import metric_total
 
 pytestmark = pytest.mark.integration
-
-
-def _consumer_fetches(cluster) -> float:
-    """Consumer fetches served so far, summed over the brokers' metrics endpoints."""
-    status = subprocess.run([sys.executable, "-m", "ads_spark.cli.main", "cluster", "status", "--dir",
-                             str(cluster.dir), "--json"], capture_output=True, text=True, timeout=60)
-    total = 0.0
-    for broker in json.loads(status.stdout)["brokers"]:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{broker['metrics_port']}/metrics", timeout=10).read()
-        for line in text.decode().splitlines():
-            if line.startswith('ads_requests_total{request="fetch_consumer"}'):
-                total += float(line.split()[1])
-    return total
 
 
 def test_poll_wakes_when_records_are_committed_and_idles_cheaply(admin, bootstrap, cluster, topic_name):
@@ -41,11 +25,11 @@ def test_poll_wakes_when_records_are_committed_and_idles_cheaply(admin, bootstra
     consumer = Consumer({"bootstrap.servers": bootstrap, "fetch.max.wait.ms": 500})
     consumer.assign([TopicPartition(topic_name, p, 0) for p in range(3)])
     try:
-        fetches_before = _consumer_fetches(cluster)
+        fetches_before = metric_total(cluster, 'ads_requests_total{request="fetch_consumer"}')
         idle_started = time.monotonic()
         assert consumer.poll(timeout=2.0) == []
         idle_s = time.monotonic() - idle_started
-        idle_fetches = _consumer_fetches(cluster) - fetches_before
+        idle_fetches = metric_total(cluster, 'ads_requests_total{request="fetch_consumer"}') - fetches_before
         assert 1.9 <= idle_s < 4.0
         # One long poll per leader per fetch.max.wait.ms, not a fetch per partition every few ms
         # (the old poll loop asked each partition ~40 times in 2 s).

@@ -32,21 +32,10 @@ def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
     expected = first_offset
     messages = []
     for batch, header in batches:
-        if header.base_offset != expected:
-            raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected}")
         if not batch.schema.equals(RECORD_SCHEMA):
             raise CorruptMessageError(f"batch at {header.base_offset} is not in RECORD_SCHEMA")
-        if batch.num_rows != header.record_count or header.record_count <= 0:
-            raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
-                                      f"header says {header.record_count}")
-        offsets = batch.column(0)
-        if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
-            raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
         message = encode_batch_message(batch, header)
-        actual = message_crc(message, header)
-        if actual != header.crc:
-            raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
-                                      f"stored {header.crc}, computed {actual}")
+        _check(message, batch, header, expected)
         messages.append((message, header))
         expected = header.next_offset
     return messages
@@ -62,22 +51,26 @@ def check_fetched_messages(messages: Sequence[tuple[pa.Buffer, BatchHeader]],
     """
     expected = first_offset
     for message, header in messages:
-        if header.base_offset != expected:
-            raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected}")
         try:
-            parsed = ipc.read_message(message)
-            batch = ipc.read_record_batch(parsed, RECORD_SCHEMA)
+            batch = ipc.read_record_batch(ipc.read_message(message), RECORD_SCHEMA)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptMessageError(f"fetched batch at {header.base_offset} is not an IPC record batch: {exc}")
-        if batch.num_rows != header.record_count or header.record_count <= 0:
-            raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
-                                      f"header says {header.record_count}")
-        offsets = batch.column(0)
-        if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
-            raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
-        actual = message_crc(message, header)
-        if actual != header.crc:
-            raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
-                                      f"stored {header.crc}, computed {actual}")
+        _check(message, batch, header, expected)
         expected = header.next_offset
     return list(messages)
+
+
+def _check(message: pa.Buffer, batch: pa.RecordBatch, header: BatchHeader, expected_base_offset: int) -> None:
+    """The checks every fetched batch passes before it is written: sequence, rows, offsets, CRC."""
+    if header.base_offset != expected_base_offset:
+        raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected_base_offset}")
+    if batch.num_rows != header.record_count or header.record_count <= 0:
+        raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
+                                  f"header says {header.record_count}")
+    offsets = batch.column(0)
+    if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
+        raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
+    actual = message_crc(message, header)
+    if actual != header.crc:
+        raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
+                                  f"stored {header.crc}, computed {actual}")
