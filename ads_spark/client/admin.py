@@ -8,13 +8,14 @@ in metadata, so a script can use a topic as soon as ``create_topic`` returns.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ads_spark.client import wire
-from ads_spark.client.connection import Connections, PartitionMetadata
-from ads_spark.client.consumer import Consumer, TopicPartition
+from ads_spark.client.connection import Connections, PartitionMetadata, backoff_sleep
+from ads_spark.client.consumer import API_TIMEOUT_MS_DEFAULT, Consumer, TopicPartition
 from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_for
 
 WAIT_POLL_INTERVAL_S = 0.1
@@ -33,6 +34,7 @@ class Admin:
         self.config = dict(config)
         self._connections = connections or Connections(config)
         self._owns_connections = connections is None
+        self.api_timeout_ms = int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT))
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                      config: dict[str, str] | None = None, replica_assignment: list[list[int]] | None = None,
@@ -53,7 +55,7 @@ class Admin:
         return sorted(self._connections.refresh().topics)
 
     def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
-        response = self._connections.call_any(wire.ACTION_METADATA, {"topics": names, "include_config": True})
+        response = self._read(wire.ACTION_METADATA, {"topics": names, "include_config": True})
         result = []
         for topic in response.get("topics", []):
             if topic.get("error_code"):
@@ -72,7 +74,7 @@ class Admin:
         return Consumer(self.config, self._connections).list_offsets(tps, spec)
 
     def describe_configs(self, topic: str) -> dict[str, Any]:
-        response = self._connections.call_any(wire.ACTION_DESCRIBE_CONFIGS, {"topic": topic})
+        response = self._read(wire.ACTION_DESCRIBE_CONFIGS, {"topic": topic})
         self._check(response)
         return response
 
@@ -96,13 +98,28 @@ class Admin:
         return response
 
     def cluster(self) -> dict[str, Any]:
-        return self._connections.call_any(wire.ACTION_METADATA, {"topics": []})
+        return self._read(wire.ACTION_METADATA, {"topics": []})
 
     def close(self) -> None:
         if self._owns_connections:
             self._connections.close()
 
     # ---- helpers --------------------------------------------------------------------
+
+    def _read(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A read-only request, retried on retriable errors (every broker down or reconnecting to ZooKeeper
+        mid-failover) for up to default.api.timeout.ms, as Kafka's admin client does. Writes are not
+        retried here: a create that timed out may have happened."""
+        deadline = time.monotonic() + self.api_timeout_ms / 1000
+        for attempt in itertools.count():
+            try:
+                return self._connections.call_any(action, body)
+            except AdsError as exc:
+                if not exc.retriable or time.monotonic() >= deadline:
+                    raise
+                self._connections.mark_stale()
+                backoff_sleep(attempt, self._connections.retry_backoff_ms)
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _check(response: dict[str, Any]) -> None:

@@ -214,3 +214,22 @@ def test_idempotent_resend_gets_its_first_offset_and_gaps_are_refused(cluster, t
     values = consumer.fetch_arrow(TopicPartition(topic_name, 0), 0, 3).column("value").to_pylist()
     assert values == [b"a", b"b", b"c"]
     assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0)) == (0, 3)
+
+
+def test_admin_reads_wait_out_a_broker_restart(fresh_cluster, topic_name):
+    """Kafka's admin client retries retriable errors up to default.api.timeout.ms; so does ours for reads."""
+    cluster = fresh_cluster(brokers=1)
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "default.api.timeout.ms": 60_000})
+    try:
+        admin.create_topic(topic_name, 2, 1)
+        cluster.kill_broker(1)
+        answers: list = []
+        reader = threading.Thread(target=lambda: answers.append(admin.describe_topics([topic_name])), daemon=True)
+        reader.start()
+        time.sleep(1.0)
+        assert reader.is_alive() and not answers  # retrying, not failed
+        cluster.start_broker(1)
+        reader.join(60)
+        assert [len(d.partitions) for d in answers[0]] == [2]
+    finally:
+        admin.close()
