@@ -106,15 +106,8 @@ class FetcherThread(threading.Thread):
                             "current_leader_epoch": r.current_leader_epoch, "last_fetched_epoch": r.last_fetched_epoch,
                             "partition_max_bytes": max_bytes} for p, r in partitions],
         }
-        answer = self._session.fetch(request, wait_ms / 1000 + FETCH_RPC_TIMEOUT_MARGIN_S)
-        pending: dict[tuple[str, int], list] = {}
-        metas: dict[tuple[str, int], dict] = {}
-        for meta, data in answer:
-            key = (meta["topic"], meta["partition"])
-            if "error_code" in meta:
-                metas[key] = meta
-            if data is not None and data.num_rows:  # one stored message: written as it is
-                pending.setdefault(key, []).append((message_of(data), wire.header_from_json(meta["header"])))
+        metas, stored = wire.split_fetch_answer(
+            self._session.fetch(request, wait_ms / 1000 + FETCH_RPC_TIMEOUT_MARGIN_S))
         for partition, fetch in partitions:
             meta = metas.get(partition.key)
             if meta is None:
@@ -124,8 +117,11 @@ class FetcherThread(threading.Thread):
                 log.debug("fetch %s-%s from %s: error %s %s", partition.topic, partition.partition,
                           self.leader.broker_id, code, meta.get("message"))
                 continue
+            # Each chunk is one stored message, written as it is (broker/log/fetched.py checks it).
+            messages = [(message_of(data), wire.header_from_json(chunk_meta["header"]))
+                        for data, chunk_meta in stored.get(partition.key, [])]
             try:
-                partition.on_fetch_response(fetch, meta, pending.get(partition.key, []), now_ms())
+                partition.on_fetch_response(fetch, meta, messages, now_ms())
             except AdsError as exc:  # a corrupt batch: refused, nothing appended; fetch again
                 log.warning("fetch %s-%s from %s refused: %s", partition.topic, partition.partition,
                             self.leader.broker_id, exc)

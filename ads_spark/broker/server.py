@@ -147,17 +147,12 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool) -> None
             for batch, metadata in _fetch_stream(broker.handle_fetch(request, replica_messages), empty):
                 writer.write_with_metadata(batch, metadata)
             end = _END_OF_ANSWER
-        except AdsError as exc:
-            end = pa.py_buffer(wire.dumps({"end": True, "error_code": int(exc.code),
-                                           "message": exc.message or str(exc)}))
         except InvariantViolation:
             raise  # the boundary stops the broker
         except flight.FlightError:
             return  # the client is gone
-        except Exception as exc:  # a bug answering one request: reported to the client, the session goes on
-            log.exception("unexpected error in a fetch session")
-            end = pa.py_buffer(wire.dumps({"end": True, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                                           "message": f"{type(exc).__name__}: {exc}"}))
+        except Exception as exc:  # one request failed: answered with its error, the session goes on
+            end = pa.py_buffer(wire.dumps({**error_response(None, exc, "a fetch session"), "end": True}))
         try:
             writer.write_metadata(end)
         except Exception:  # the client went away mid-answer
@@ -201,9 +196,10 @@ def _serve_produce_stream(broker, reader, writer) -> None:
         drained.wait_for(lambda: pending[0] == 0, timeout=PRODUCE_DRAIN_TIMEOUT_S)
 
 
-def error_response(correlation_id: Any, exc: Exception) -> dict:
+def error_response(correlation_id: Any, exc: Exception, where: str = "produce") -> dict:
+    """The answer to one failed request of a stream: an AdsError keeps its code, anything else is logged."""
     if isinstance(exc, AdsError):
         return {"correlation_id": correlation_id, "error_code": int(exc.code), "message": exc.message or str(exc)}
-    log.exception("unexpected error in produce")
+    log.exception("unexpected error in %s", where)
     return {"correlation_id": correlation_id, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
             "message": f"{type(exc).__name__}: {exc}"}

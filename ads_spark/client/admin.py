@@ -8,7 +8,6 @@ in metadata, so a script can use a topic as soon as ``create_topic`` returns.
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -110,8 +109,8 @@ class Admin:
         """A read-only request, retried on retriable errors (every broker down or reconnecting to ZooKeeper
         mid-failover) for up to default.api.timeout.ms, as Kafka's admin client does. Writes are not
         retried here: a create that timed out may have happened."""
-        deadline = time.monotonic() + self.api_timeout_ms / 1000
-        for attempt in itertools.count():
+        deadline, attempt = time.monotonic() + self.api_timeout_ms / 1000, 0
+        while True:
             try:
                 return self._connections.call_any(action, body)
             except AdsError as exc:
@@ -119,7 +118,7 @@ class Admin:
                     raise
                 self._connections.mark_stale()
                 backoff_sleep(attempt, self._connections.retry_backoff_ms)
-        raise AssertionError("unreachable")
+                attempt += 1
 
     @staticmethod
     def _check(response: dict[str, Any]) -> None:

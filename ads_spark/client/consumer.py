@@ -236,18 +236,14 @@ class Consumer:
         try:
             reader = self._connections.client_for(broker.host, broker.port).do_get(
                 flight.Ticket(wire.dumps(request)), options)
-            batches, info = [], None
-            for chunk in reader:
-                chunk_meta = wire.loads(chunk.app_metadata, "fetch response")
-                if "error_code" in chunk_meta:
-                    info = chunk_meta
-                if chunk.data.num_rows:
-                    batches.append(chunk.data)
+            infos, stored = wire.split_fetch_answer(
+                (wire.loads(chunk.app_metadata, "fetch response"), chunk.data) for chunk in reader)
         except Exception as exc:
             error = wire.to_ads_error(exc)
             if error.retriable:
                 self._connections.drop(broker.host, broker.port)
             raise error from None
+        info, batches = infos.get(tp.key()), [batch for batch, _ in stored.get(tp.key(), [])]
         if info is None:
             raise error_for(-1, "fetch response carried no partition metadata")
         if info["error_code"]:

@@ -100,8 +100,14 @@ class FetchSession:
         _WATCHDOG.add(self)
 
     def cancel_if_overdue(self, now_monotonic: float) -> None:
-        deadline, reader = self.deadline_monotonic, self._reader
-        if deadline is not None and now_monotonic > deadline and reader is not None:
+        deadline = self.deadline_monotonic
+        if deadline is not None and now_monotonic > deadline:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Fail the outstanding fetch now (retriable); nothing happens when none is outstanding."""
+        reader = self._reader
+        if self.deadline_monotonic is not None and reader is not None:
             self._timed_out = True
             try:
                 reader.cancel()

@@ -28,6 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ads_spark.client import consumer as consumer_module  # circular: attributes are read at call time
 from ads_spark.client import wire
 from ads_spark.client.fetch_session import FetchSession
 from ads_spark.errors import AdsError, error_for
@@ -153,7 +154,7 @@ class PollFetcher:
         for key, position, epoch, broker in wanted:
             if not self._lagging.get(key, True):
                 continue
-            chunk = self._consumer._fetch_local(_tp(key), position, self._consumer.partition_fetch_max_bytes,
+            chunk = self._consumer._fetch_local(consumer_module.TopicPartition(*key), position, self._consumer.partition_fetch_max_bytes,
                                                 epoch, broker)
             if chunk is not None and chunk.table.num_rows:
                 answers[key] = self._record(key, position, chunk)
@@ -176,21 +177,13 @@ class PollFetcher:
                                    "current_leader_epoch": epoch, "partition_max_bytes": budget}
                                   for key, position, epoch, _ in wanted]}
         timeout_s = (consumer.fetch_max_wait_ms + self._connections.request_timeout_ms) / 1000
-        batches: dict[tuple[str, int], list] = {}
-        infos: dict[tuple[str, int], dict] = {}
         try:
-            answer = self._session_for(broker).fetch(request, timeout_s)
+            infos, batches = wire.split_fetch_answer(self._session_for(broker).fetch(request, timeout_s))
         except AdsError as error:
             if error.retriable:
                 self._connections.drop(broker.host, broker.port)
             raise
-        for meta, data in answer:
-            key = (meta["topic"], meta["partition"])
-            if "error_code" in meta:
-                infos[key] = meta
-            if data is not None and data.num_rows:
-                batches.setdefault(key, []).append(data)
-        return {key: self._answer_from(key, position, infos.get(key), batches.get(key, []))
+        return {key: self._answer_from(key, position, infos.get(key), [b for b, _ in batches.get(key, [])])
                 for key, position, _, _ in wanted}
 
     def _session_for(self, broker) -> FetchSession:
@@ -203,8 +196,6 @@ class PollFetcher:
             return session
 
     def _answer_from(self, key, position: int, info: dict | None, batches: list) -> _Answer:
-        from ads_spark.client.consumer import _chunk
-
         if info is None:
             return _Answer(position, None, error_for(-1, f"fetch response carried no metadata for {key}"))
         if info["error_code"]:
@@ -213,7 +204,7 @@ class PollFetcher:
                 self._connections.mark_stale()
                 return _Answer(position, None, None)
             return _Answer(position, None, error)
-        chunk = _chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]))
+        chunk = consumer_module._chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]))
         return self._record(key, position, chunk)
 
     def close(self) -> None:
@@ -222,11 +213,6 @@ class PollFetcher:
         # An in-flight long poll ends within fetch.max.wait.ms; the threads are not waited for.
         self._executor.shutdown(wait=False, cancel_futures=True)
         for session in list(self._sessions.values()):
-            session.cancel_if_overdue(float("inf"))
+            session.cancel()  # an outstanding long poll would hold close() for fetch.max.wait.ms
             session.close()
 
-
-def _tp(key):
-    from ads_spark.client.consumer import TopicPartition
-
-    return TopicPartition(*key)

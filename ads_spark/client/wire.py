@@ -139,6 +139,23 @@ def _first_line(exc: Exception) -> str:
 # ---- fetch response metadata ------------------------------------------------
 
 
+def split_fetch_answer(chunks) -> tuple[dict[tuple[str, int], dict], dict[tuple[str, int], list]]:
+    """A fetch answer's (metadata, batch) chunks by partition: (partition metadata, [(batch, chunk metadata)]).
+
+    Every answer shape (DoGet, fetch session, replica session) is grouped here once: the first chunk of a
+    partition carries its metadata (error code, HW, ...), every chunk with rows one stored batch.
+    """
+    infos: dict[tuple[str, int], dict] = {}
+    batches: dict[tuple[str, int], list] = {}
+    for meta, data in chunks:
+        key = (meta["topic"], meta["partition"])
+        if "error_code" in meta:
+            infos[key] = meta
+        if data is not None and data.num_rows:
+            batches.setdefault(key, []).append((data, meta))
+    return infos, batches
+
+
 def header_to_json(header: BatchHeader) -> dict[str, int]:
     return {
         "base_offset": header.base_offset,

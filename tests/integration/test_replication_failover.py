@@ -19,6 +19,7 @@ import pytest
 
 from ads_spark.client import Admin, Consumer, Producer, TopicPartition
 from ads_spark.errors import AdsError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+from tests.fixtures.cluster import metric_values
 
 pytestmark = pytest.mark.integration
 
@@ -186,20 +187,7 @@ def test_controlled_shutdown_moves_leadership_with_no_failed_write(fresh_cluster
 
 def scrape(cluster, broker_id: int, name: str) -> float:
     """A metric's value from a broker's Prometheus endpoint (0 when absent)."""
-    import json as _json
-    import urllib.request
-
-    status = subprocess.run([sys.executable, "-m", "ads_spark.cli.main", "cluster", "status", "--dir",
-                             str(cluster.dir), "--json"], capture_output=True, text=True, timeout=60)
-    brokers = {b["id"]: b for b in _json.loads(status.stdout)["brokers"]}
-    port = brokers[broker_id].get("metrics_port")
-    if not port:
-        return 0.0
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
+    return metric_values(cluster, name).get(broker_id, 0.0)
 
 
 def test_offline_until_unclean_election_is_enabled_and_the_loss_is_counted(fresh_cluster, topic_name):

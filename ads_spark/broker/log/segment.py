@@ -327,11 +327,10 @@ class LogSegment:
 
     def read_message(self, i: int) -> tuple[pa.Buffer, BatchHeader]:
         """The i-th stored batch as the IPC message bytes on disk (mapped, not copied), with its header."""
-        _, header = self.read_batch(i)  # decodes the metadata only: checks the index against the file
+        _, header = self.read_batch(i)  # no copy: checks the index against the file and maps it far enough
         entry = self.index.entry(i)
-        _, mapped = self._reader_covering(entry.end_position)
-        mapped.seek(entry.position)
-        return mapped.read_buffer(entry.size), header
+        self._mapped.seek(entry.position)
+        return self._mapped.read_buffer(entry.size), header
 
     def _reader_covering(self, end_position: int):
         # A mapping covers the file as it was when mapped; appends need a fresh one.
