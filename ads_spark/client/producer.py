@@ -5,7 +5,9 @@ when it reaches ``batch.size`` bytes or has waited ``linger.ms``. ``produce_arro
 hands over a ready Arrow batch. A sender thread writes batches onto one
 long-lived Flight ``do_put`` stream per broker (pipelined, at most
 ``max.in.flight.requests.per.connection`` batches per partition) and completes
-each batch's futures when its response arrives. Retriable errors refresh
+each batch's futures when its response arrives. Batches queued behind a full
+window leave together, up to ``max.request.size`` bytes per request
+(``producer_batch.py``: the brokers' cost is mostly per request). Retriable errors refresh
 metadata and resend the same batch, bounded by ``delivery.timeout.ms``; a batch
 retried is put back at the head of its partition's queue so order is kept.
 
@@ -30,7 +32,6 @@ import time
 import zlib
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -38,6 +39,7 @@ import pyarrow as pa
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
 from ads_spark.client.delivery import BatchOutcome, DeliveryFuture, RecordMetadata
+from ads_spark.client.producer_batch import ProducerBatch, take_coalesced
 from ads_spark.client.producer_channel import BrokerChannel
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
@@ -47,6 +49,9 @@ from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, conform_produce_batch
 log = logging.getLogger("ads.client.producer")
 
 BUFFERED_RECORDS_MAX = 1_000_000  # produce() blocks past this many undelivered records
+# ``max.request.size``: below the brokers' default message.max.bytes (8 MiB); a topic that accepts less
+# gets the parts one by one (``_split_refused_locked``).
+DEFAULT_REQUEST_BYTES_MAX = 4 << 20
 # A broker answers a produce within the request's timeout (acks=all: REQUEST_TIMED_OUT); past this
 # margin on top, the stream is taken for dead (producer_channel.fail_overdue).
 ANSWER_MARGIN_MS = 5_000
@@ -55,34 +60,8 @@ OVERDUE_CHECK_INTERVAL_S = 0.1
 REFUSED_BEFORE_APPEND = frozenset({
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.UNKNOWN_PRODUCER_ID,
-    ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.CORRUPT_MESSAGE, ErrorCode.RECORD_TOO_LARGE,
 })
-
-
-@dataclass
-class ProducerBatch:
-    topic: str
-    partition: int
-    batch: pa.RecordBatch | None = None
-    outcome: BatchOutcome | None = None  # produce(): what every record's future reads
-    arrow_future: Future | None = None  # produce_arrow(): one future for the batch
-    record_count: int = 0
-    created_ms: int = 0
-    deadline_ms: int = 0
-    attempts: int = 0
-    retry_not_before_ms: int = 0
-    base_sequence: int = -1  # idempotence: fixed when the batch is queued, the same on every retry
-    last_error: AdsError | None = None  # the last retriable error, reported if the deadline passes
-    maybe_written: bool = False  # an attempt ended without a definite refusal: it may be in the log
-
-    def complete(self, base_offset: int | None, error: AdsError | None) -> None:
-        if self.arrow_future is not None:
-            if error is None:
-                self.arrow_future.set_result(base_offset)
-            else:
-                self.arrow_future.set_exception(error)
-        if self.outcome is not None:
-            self.outcome.complete(base_offset, error)  # O(1) unless callbacks were registered
 
 
 class _OpenBatch:
@@ -108,6 +87,8 @@ class Producer:
         self.acks = wire.parse_acks(self.config.get("acks", "all"))
         self.linger_ms = int(self.config.get("linger.ms", 5))
         self.batch_size_bytes = int(self.config.get("batch.size", 1 << 20))
+        # Queued batches of a partition leave together up to this size (client/producer_batch.py).
+        self.request_bytes_max = int(self.config.get("max.request.size", DEFAULT_REQUEST_BYTES_MAX))
         self.delivery_timeout_ms = int(self.config.get("delivery.timeout.ms", 120_000))
         self.request_timeout_ms = int(self.config.get("request.timeout.ms", 30_000))
         self.max_in_flight = int(self.config.get("max.in.flight.requests.per.connection", 5))
@@ -133,6 +114,9 @@ class Producer:
             self._producer_epoch = int(self.config.get("ads.producer.epoch", 0))
             if self._producer_id < 0 or self._producer_epoch < 0:
                 raise InvalidRequestError("ads.producer.id and ads.producer.epoch must be >= 0")
+            # The brokers recognise a replayed batch by its exact sequence range, so a replay must cut the
+            # same batches as the first attempt: no coalescing, whose cuts depend on timing.
+            self.request_bytes_max = 0
         self._next_sequence: dict[tuple[str, int], int] = {}
         self._resets_sequences = self.idempotent and self.config.get("ads.producer.id") is None
         self._partition_epoch: dict[tuple[str, int], int] = {}  # after a reset; else the producer's epoch
@@ -199,7 +183,8 @@ class Producer:
         number = self._choose_partition(topic, None, partition)
         future: Future = Future()
         item = ProducerBatch(topic, number, batch=conformed, arrow_future=future, record_count=conformed.num_rows,
-                             created_ms=now_ms(), deadline_ms=now_ms() + self.delivery_timeout_ms)
+                             created_ms=now_ms(), deadline_ms=now_ms() + self.delivery_timeout_ms,
+                             size_bytes=conformed.nbytes)
         with self._lock:
             self._undelivered += conformed.num_rows
             self._enqueue_locked(item)
@@ -278,7 +263,7 @@ class Producer:
             schema=PRODUCE_SCHEMA)
         item = ProducerBatch(key[0], key[1], batch=batch, outcome=open_batch.outcome,
                              record_count=batch.num_rows, created_ms=open_batch.created_ms,
-                             deadline_ms=open_batch.created_ms + self.delivery_timeout_ms)
+                             deadline_ms=open_batch.created_ms + self.delivery_timeout_ms, size_bytes=batch.nbytes)
         self._enqueue_locked(item)
 
     def _enqueue_locked(self, item: ProducerBatch) -> None:
@@ -344,7 +329,7 @@ class Producer:
                         break
                     continue
                 self._in_flight[key] = self._in_flight.get(key, 0) + 1
-                taken.append(head)
+                taken.append(take_coalesced(head, queue, now, self.request_bytes_max))
         return taken
 
     def _reset_sequences_locked(self, key: tuple[str, int]) -> None:
@@ -373,6 +358,7 @@ class Producer:
             self._ensure_producer_id()
             meta, _ = self._connections.leader_of(item.topic, item.partition)
             channel = self._channel_for(meta.leader)
+            item.materialize()
             channel.send(item, {"topic": item.topic, "partition": item.partition, "acks": self.acks,
                                 "timeout_ms": self.request_timeout_ms, "producer_id": self._producer_id,
                                 "producer_epoch": self._partition_epoch.get((item.topic, item.partition),
@@ -397,7 +383,9 @@ class Producer:
             self._in_flight[key] = max(0, self._in_flight.get(key, 0) - 1)
             if error is not None and getattr(error, "code", None) not in REFUSED_BEFORE_APPEND:
                 item.maybe_written = True
-            if error is not None and self._may_retry(error) and not self._closed and now_ms() < item.deadline_ms:
+            if item.parts is not None and getattr(error, "code", None) == ErrorCode.RECORD_TOO_LARGE:
+                self._split_refused_locked(item)
+            elif error is not None and self._may_retry(error) and not self._closed and now_ms() < item.deadline_ms:
                 item.last_error = error
                 self._connections.mark_stale()
                 item.retry_not_before_ms = now_ms() + min(1000, self.retry_backoff_ms * item.attempts)
@@ -407,6 +395,15 @@ class Producer:
                     error = wire.to_ads_error(error)
                 self._finish_locked(item, base_offset, error)
             self._lock.notify_all()
+
+    def _split_refused_locked(self, item: ProducerBatch) -> None:
+        """A coalesced request the topic refused as too large (its ``max.message.bytes`` is below
+        ``max.request.size``): its parts go back to the head of the queue, each to be sent on its own,
+        so the outcome is what it would have been without coalescing."""
+        queue = self._ready.setdefault((item.topic, item.partition), deque())
+        for part in reversed(item.parts):
+            part.solo = True
+            queue.appendleft(part)
 
     def _may_retry(self, error: AdsError) -> bool:
         # An idempotent batch refused as out of order waits for an earlier batch's retry to land

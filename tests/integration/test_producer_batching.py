@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 
+import pyarrow as pa
 import pytest
 
-from ads_spark.client import Producer
+from ads_spark.client import Consumer, Producer, TopicPartition
 from tests.fixtures.cluster import metric_total
 
 pytestmark = pytest.mark.integration
@@ -35,3 +36,66 @@ def test_acknowledgements_clock_small_batches(admin, bootstrap, cluster, topic_n
     # in flight (251 requests here). Clocked by acks it is one per round trip (124 here): a round trip is several
     # ms here, and the records arrive one per ms or slower.
     assert requests <= RECORDS / 2, f"{requests:.0f} produce requests for {RECORDS} records in {elapsed_s:.1f}s"
+
+
+BATCHES = 40
+BATCH_RECORDS = 32
+
+
+def _batches(value_bytes: int) -> list[pa.RecordBatch]:
+    return [pa.record_batch({"value": pa.array([b"%04d-%03d-" % (b, r) + b"x" * value_bytes
+                                                for r in range(BATCH_RECORDS)], pa.binary())})
+            for b in range(BATCHES)]
+
+
+def _produce_all(config: dict, topic: str, batches: list[pa.RecordBatch], cluster) -> tuple[list[int], float]:
+    before = metric_total(cluster, 'ads_requests_total{request="produce"}')
+    with Producer(config) as producer:
+        futures = [producer.produce_arrow(topic, batch, partition=0) for batch in batches]
+        offsets = [future.result(timeout=60) for future in futures]
+    return offsets, metric_total(cluster, 'ads_requests_total{request="produce"}') - before
+
+
+def _stored_values(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    try:
+        tp = TopicPartition(topic, 0)
+        return consumer.fetch_arrow(tp, 0, consumer.get_watermark_offsets(tp)[1]).column("value").to_pylist()
+    finally:
+        consumer.close()
+
+
+def test_queued_batches_share_produce_requests(admin, bootstrap, cluster, topic_name):
+    """A backlog leaves in few requests (client/producer_batch.py); each future still gets its own batch's
+    base offset, and the log holds every record once, in order."""
+    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    batches = _batches(100)
+    offsets, requests = _produce_all({"bootstrap.servers": bootstrap, "acks": "all"}, topic_name, batches, cluster)
+    assert offsets == [b * BATCH_RECORDS for b in range(BATCHES)]
+    # Without coalescing every batch is a request (40); with it, a few requests fill the window of 5 and
+    # the rest of the backlog follows in a handful more.
+    assert requests <= BATCHES / 2, f"{requests:.0f} produce requests for {BATCHES} queued batches"
+    assert _stored_values(bootstrap, topic_name) == [v for batch in batches for v in batch.column(0).to_pylist()]
+
+
+def test_a_topic_refusing_the_coalesced_size_gets_the_batches_one_by_one(admin, bootstrap, cluster, topic_name):
+    """max.message.bytes below the coalesced size: the refused request is split back into its batches, each of
+    which the topic accepts, so coalescing changes nothing the caller sees."""
+    batches = _batches(1000)
+    limit = batches[0].nbytes * 3 // 2  # one batch fits, two do not
+    admin.create_topic(topic_name, partitions=1, replication_factor=3,
+                       config={"min.insync.replicas": "2", "max.message.bytes": str(limit)})
+    offsets, requests = _produce_all({"bootstrap.servers": bootstrap, "acks": "all"}, topic_name, batches, cluster)
+    assert offsets == [b * BATCH_RECORDS for b in range(BATCHES)]
+    assert requests > BATCHES  # every batch alone, plus the refused coalesced attempts
+    assert _stored_values(bootstrap, topic_name) == [v for batch in batches for v in batch.column(0).to_pylist()]
+
+
+def test_a_caller_chosen_producer_id_never_coalesces(admin, bootstrap, cluster, topic_name):
+    """The brokers know a replay by its exact sequence ranges, so a producer whose replays must be recognised
+    (``ads.producer.id``, the Spark sink's) cuts exactly the batches it was given."""
+    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    config = {"bootstrap.servers": bootstrap, "acks": "all", "ads.producer.id": str((1 << 60) + 7)}
+    offsets, requests = _produce_all(config, topic_name, _batches(100), cluster)
+    assert offsets == [b * BATCH_RECORDS for b in range(BATCHES)]
+    assert requests == BATCHES

@@ -1,0 +1,77 @@
+"""Coalescing of queued producer batches (client/producer_batch.py): which batches may share a request and
+how a shared request's answer reaches each part."""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future
+
+import pyarrow as pa
+import pytest
+
+from ads_spark.client.producer_batch import PARTS_PER_REQUEST_MAX, ProducerBatch, take_coalesced
+from ads_spark.errors import NotEnoughReplicasError
+from ads_spark.records import conform_produce_batch
+
+NOW_MS = 1_000
+
+
+def queued(records: int, base_sequence: int = -1, **fields) -> ProducerBatch:
+    batch = conform_produce_batch(pa.record_batch({"value": pa.array([b"v%d" % i for i in range(records)])}))
+    defaults = dict(batch=batch, arrow_future=Future(), record_count=records, created_ms=NOW_MS,
+                    deadline_ms=NOW_MS + 60_000, base_sequence=base_sequence, size_bytes=100 * records)
+    return ProducerBatch("t", 0, **{**defaults, **fields})
+
+
+def test_never_sent_batches_behind_the_head_join_it_within_the_size_bound():
+    head, *rest = [queued(3, 0), queued(2, 3), queued(4, 5), queued(1, 9)]
+    queue = deque(rest)
+    request = take_coalesced(head, queue, NOW_MS, request_bytes_max=100 * 9)
+    assert [part.record_count for part in request.parts] == [3, 2, 4]
+    assert (request.record_count, request.base_sequence, request.size_bytes) == (9, 0, 900)
+    assert list(queue) == [rest[2]]
+    assert request.materialize().column("value").to_pylist() == (
+        [b"v0", b"v1", b"v2", b"v0", b"v1", b"v0", b"v1", b"v2", b"v3"])
+
+
+def test_each_part_gets_its_own_offsets_or_the_shared_error():
+    parts = [queued(3, 0), queued(2, 3), queued(4, 5)]
+    request = take_coalesced(parts[0], deque(parts[1:]), NOW_MS, request_bytes_max=1 << 20)
+    request.complete(100, None)
+    assert [part.arrow_future.result(0) for part in parts] == [100, 103, 105]
+
+    parts = [queued(3, 0), queued(2, 3)]
+    request = take_coalesced(parts[0], deque(parts[1:]), NOW_MS, request_bytes_max=1 << 20)
+    request.complete(None, NotEnoughReplicasError("isr 1 < 2"))
+    for part in parts:
+        with pytest.raises(NotEnoughReplicasError):
+            part.arrow_future.result(0)
+
+
+@pytest.mark.parametrize("blocker", [
+    dict(attempts=1),  # sent before: may be in the log under its own sequences
+    dict(solo=True),  # split out of a request the topic refused as too large
+    dict(retry_not_before_ms=NOW_MS + 5),
+    dict(deadline_ms=NOW_MS),  # expired: the sender fails it on its own
+    dict(base_sequence=7),  # not contiguous with the head (sequences renumbered after a reset)
+    dict(size_bytes=1 << 30),
+])
+def test_a_batch_that_may_not_join_stops_the_coalescing(blocker):
+    head = queued(3, 0)
+    queue = deque([queued(2, **{"base_sequence": 3, **blocker}), queued(1, 5)])
+    assert take_coalesced(head, queue, NOW_MS, request_bytes_max=1 << 20) is head
+    assert len(queue) == 2
+
+
+def test_a_retried_head_goes_alone_and_parts_per_request_are_bounded():
+    head = queued(1, 0, attempts=1)
+    assert take_coalesced(head, deque([queued(1, 1)]), NOW_MS, request_bytes_max=1 << 20) is head
+    queue = deque(queued(1, i) for i in range(1, PARTS_PER_REQUEST_MAX + 10))
+    request = take_coalesced(queued(1, 0), queue, NOW_MS, request_bytes_max=1 << 30)
+    assert len(request.parts) == PARTS_PER_REQUEST_MAX
+
+
+def test_batches_without_idempotence_coalesce_without_sequences():
+    parts = [queued(2), queued(2)]
+    request = take_coalesced(parts[0], deque(parts[1:]), NOW_MS, request_bytes_max=1 << 20)
+    assert request.record_count == 4 and request.base_sequence == -1
