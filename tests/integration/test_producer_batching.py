@@ -4,6 +4,7 @@ one per linger.ms (each of which costs every replica an append)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pyarrow as pa
@@ -56,6 +57,14 @@ def _produce_all(config: dict, topic: str, batches: list[pa.RecordBatch], cluste
     return offsets, metric_total(cluster, 'ads_requests_total{request="produce"}') - before
 
 
+def _high_watermarks(bootstrap: str, topic: str, partitions: int = 3) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
 def _stored_values(bootstrap: str, topic: str) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap})
     try:
@@ -99,3 +108,27 @@ def test_a_caller_chosen_producer_id_never_coalesces(admin, bootstrap, cluster, 
     offsets, requests = _produce_all(config, topic_name, _batches(100), cluster)
     assert offsets == [b * BATCH_RECORDS for b in range(BATCHES)]
     assert requests == BATCHES
+
+
+def test_null_key_records_stick_to_a_partition_for_batch_size_bytes(admin, bootstrap, topic_name):
+    """KIP-794's uniform sticky partitioner: records without key or partition go to one partition until
+    ``batch.size`` bytes went there, whatever batches the linger cut meanwhile; so does produce_arrow."""
+    admin.create_topic(topic_name, partitions=3, replication_factor=1)
+    batch_size = 32 * 1024
+    with Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "batch.size": batch_size}) as producer:
+        futures = []
+        for i in range(200):
+            futures.append(producer.produce(topic_name, value=b"%04d" % i + b"v" * 1020))
+            if i % 10 == 0:
+                time.sleep(0.002)  # lets the linger cut small batches, which used to move the partition on
+        partitions = [future.result(timeout=60).partition for future in futures]
+        before = _high_watermarks(bootstrap, topic_name)
+        arrow = pa.record_batch({"value": pa.array([b"a" * 1000] * 20, pa.binary())})
+        for _ in range(6):  # ~20 KB each: the partition moves on every second batch
+            producer.produce_arrow(topic_name, arrow).result(timeout=60)
+    grown = [after - earlier for after, earlier in zip(_high_watermarks(bootstrap, topic_name), before)]
+    runs = [len(list(group)) for _, group in itertools.groupby(partitions)]
+    records_per_run = batch_size // (1024 + 16) + 1  # the record that reaches batch.size is the run's last
+    assert runs[:-1] == [records_per_run] * (len(runs) - 1), runs
+    assert len(set(partitions)) == 3
+    assert sorted(grown) == [40, 40, 40], f"produce_arrow without a partition: records per partition {grown}"
