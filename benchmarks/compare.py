@@ -9,6 +9,8 @@ and everything else is still measured. Systems, all on 127.0.0.1:
 * ads:      3 brokers, RF=3, acks=all, min.insync.replicas=2;
 * ads-rf1:  the same brokers, RF=1 acks=1 (the unreplicated reference);
 * ceiling:  ``benchmarks.relay``, a bare replicated Flight relay (produce_batched only);
+* ceiling-rf1: the same relay without followers, so the bare relay's own RF=3/RF=1 ratio on this
+  machine stands next to ADS's;
 * nats:     3-node JetStream cluster, file storage, R3 (acknowledged by a quorum);
 * rabbitmq: 3-node cluster, a stream of 3 replicas (confirmed by a quorum).
 
@@ -42,6 +44,7 @@ CASES = {
     "ads": ["produce_record", "produce_batched", "consume", "consume_arrow", "latency"],
     "ads-rf1": ["produce_record", "produce_batched", "consume_arrow", "latency"],
     "ceiling": ["produce_batched"],
+    "ceiling-rf1": ["produce_batched"],
     "nats": ["produce_record", "produce_batched", "consume", "latency"],
     "rabbitmq": ["produce_record", "produce_batched", "consume", "latency"],
 }
@@ -55,7 +58,8 @@ SPARK_CASES = {("ads", "read_stream"): ("ads", "spark_read"), ("ceiling", "read_
 def build_systems(work: Path, with_peers: bool) -> list:
     cluster = LocalCluster(work / "ads")
     systems = [AdsBench("ads", cluster, 3, "all", {"min.insync.replicas": "2"}),
-               AdsBench("ads-rf1", cluster, 1, "1", {}), CeilingBench(work / "relay")]
+               AdsBench("ads-rf1", cluster, 1, "1", {}), CeilingBench(work / "relay"),
+               CeilingBench(work / "relay-rf1", followers=0)]
     if with_peers:
         from benchmarks.compare_peers import NatsBench, RabbitBench
 

@@ -114,10 +114,11 @@ class AdsBench:
 
 
 class CeilingBench:
-    system = "ceiling"
+    """``ceiling``: the relay with two followers; ``ceiling-rf1``: with none (acknowledged once written)."""
 
-    def __init__(self, work_dir: Path | None = None):
-        self.relay = Relay(work_dir)
+    def __init__(self, work_dir: Path | None = None, followers: int = 2):
+        self.system = "ceiling" if followers else "ceiling-rf1"
+        self.relay = Relay(work_dir, followers=followers)
 
     def up(self) -> None:
         self.relay.up()

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 RECORD_BYTES = 1024
-SYSTEM_ORDER = ["ads", "ads-rf1", "ceiling", "nats", "rabbitmq"]
+SYSTEM_ORDER = ["ads", "ads-rf1", "ceiling", "ceiling-rf1", "nats", "rabbitmq"]
 
 
 def summarise(samples: dict[tuple[str, str], list[dict]], statuses: dict[tuple[str, str], str]) -> list[dict]:
@@ -57,6 +57,11 @@ def print_table(rows: list[dict]) -> None:
                   if ads and (other, case) in by_key]
         if ratios:
             print(f"ads / other, {case}: " + ", ".join(ratios))
+    pairs = [("ads", "ads-rf1"), ("ceiling", "ceiling-rf1")]
+    ratios = [f"{rf3} {by_key[(rf3, 'produce_batched')] / by_key[(rf1, 'produce_batched')]:.2f}" for rf3, rf1 in pairs
+              if (rf3, "produce_batched") in by_key and (rf1, "produce_batched") in by_key]
+    if ratios:
+        print("RF=3 / RF=1, produce_batched: " + ", ".join(ratios))
 
 
 def write_json(rows: list[dict], path: Path) -> None:

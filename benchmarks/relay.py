@@ -2,6 +2,10 @@
 
     python -m benchmarks.relay check     # start leader + 2 followers, push 20,000 x 1 KiB, print records/s, stop
 
+With ``--followers 0`` the leader acknowledges once a batch is in its file: the
+unreplicated reference, so the machine's own RF=3 / RF=1 ratio for this work
+is measured next to ADS's (``ceiling-rf1`` in ``benchmarks.compare``).
+
 A leader process accepts Arrow batches on one Flight ``do_put`` stream and
 appends each to an Arrow IPC file; two follower processes long-poll it with
 ``do_get`` (ticket: the index they want next, which also tells the leader they
@@ -37,17 +41,17 @@ SCHEMA = pa.schema([pa.field("value", pa.binary())])
 
 
 class RelayLeader(flight.FlightServerBase):
-    def __init__(self, location: str, data_dir: Path):
+    def __init__(self, location: str, data_dir: Path, followers: int = FOLLOWERS):
         super().__init__(location)
         self.sink = pa.OSFile(str(data_dir / "leader.arrow"), "wb")
         self.writer = pa.ipc.new_file(self.sink, SCHEMA)
         self.cond = threading.Condition()
         self.batches: dict[int, pa.RecordBatch] = {}  # index -> batch, kept until both followers have it
         self.end_index_exclusive = 0
-        self.follower_next = [0] * FOLLOWERS  # the index each follower asks for next
+        self.follower_next = [0] * followers  # the index each follower asks for next
 
     def replicated_end(self) -> int:
-        return min(self.follower_next)
+        return min(self.follower_next) if self.follower_next else self.end_index_exclusive
 
     def do_put(self, context, descriptor, reader, writer):
         first_index = None
@@ -61,7 +65,8 @@ class RelayLeader(flight.FlightServerBase):
             with self.cond:
                 self.writer.write_batch(chunk.data)
                 index = self.end_index_exclusive
-                self.batches[index] = chunk.data
+                if self.follower_next:
+                    self.batches[index] = chunk.data
                 self.end_index_exclusive += 1
                 self.cond.notify_all()
             if first_index is None:
@@ -122,8 +127,9 @@ def run_follower(leader_port: int, follower: int, data_dir: Path, run_for_s: flo
 class Relay:
     """The three relay processes, started and stopped together."""
 
-    def __init__(self, work_dir: Path | None = None, run_for_s: float = 7200.0):
+    def __init__(self, work_dir: Path | None = None, run_for_s: float = 7200.0, followers: int = FOLLOWERS):
         self.dir = Path(work_dir or tempfile.mkdtemp(prefix="relay-"))
+        self.followers = followers
         self.run_for_s = run_for_s
         self.port = 0
         self.processes = []
@@ -132,10 +138,10 @@ class Relay:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         module = [sys.executable, "-m", "benchmarks.relay"]
-        self.processes.append(spawn([*module, "leader", "--port", str(self.port), "--dir", str(self.dir)],
-                                    self.dir / "leader.log"))
+        self.processes.append(spawn([*module, "leader", "--port", str(self.port), "--dir", str(self.dir),
+                                     "--followers", str(self.followers)], self.dir / "leader.log"))
         wait_for_port(self.port, 30, self.processes[0], "relay leader")
-        for follower in range(FOLLOWERS):
+        for follower in range(self.followers):
             self.processes.append(spawn([*module, "follower", "--port", str(self.port), "--id", str(follower),
                                          "--dir", str(self.dir), "--for-s", str(self.run_for_s)],
                                         self.dir / f"follower-{follower}.log"))
@@ -173,19 +179,20 @@ def main() -> int:
     parser.add_argument("role", choices=["leader", "follower", "check"])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--id", type=int, default=0)
+    parser.add_argument("--followers", type=int, default=FOLLOWERS, help="0: acknowledge once written (RF=1)")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--for-s", type=float, default=7200.0, help="a follower's bounded lifetime")
     args = parser.parse_args()
     if args.role == "leader":
-        server = RelayLeader(f"grpc://127.0.0.1:{args.port}", Path(args.dir))
+        server = RelayLeader(f"grpc://127.0.0.1:{args.port}", Path(args.dir), args.followers)
         server.serve()
     elif args.role == "follower":
         run_follower(args.port, args.id, Path(args.dir), args.for_s)
     else:
-        relay = Relay()
+        relay = Relay(followers=args.followers)
         relay.up()
         try:
-            print(f"relay: {relay.produce_batched(20_480):,.0f} records/s")
+            print(f"relay ({args.followers} followers): {relay.produce_batched(20_480):,.0f} records/s")
         finally:
             relay.down()
     return 0
