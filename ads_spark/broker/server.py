@@ -117,17 +117,30 @@ _EMPTY_BATCH = pa.RecordBatch.from_arrays([pa.array([], field.type) for field in
 _EMPTY_MESSAGE_BATCH = pa.RecordBatch.from_arrays([pa.array([], pa.binary())], schema=REPLICA_MESSAGE_SCHEMA)
 
 
-def _fetch_stream(responses, empty_batch=_EMPTY_BATCH):
-    """Yield (batch, metadata) pairs; a partition with no data yields an empty batch carrying its metadata."""
+def _fetch_stream(responses, empty_batch=_EMPTY_BATCH, end_marked: bool = False):
+    """Yield (batch, metadata) pairs; a partition with no data yields an empty batch carrying its metadata.
+    ``end_marked``: the last chunk's metadata also says ``"end": true``, so a fetch session's answer needs
+    no message of its own to end it (one gRPC write less per answer: each costs both sides thread
+    wake-ups, ~8 context switches per follower round trip on the leader were measured)."""
+    held = None
+    for chunk in _fetch_chunks(responses, empty_batch):
+        if held is not None:
+            yield held[0], pa.py_buffer(wire.dumps(held[1]))
+        held = chunk
+    if held is not None:
+        yield held[0], pa.py_buffer(wire.dumps({**held[1], "end": True} if end_marked else held[1]))
+
+
+def _fetch_chunks(responses, empty_batch):
     for partition_meta, batches in responses:
         if not batches:
-            yield empty_batch, pa.py_buffer(wire.dumps(partition_meta))
+            yield empty_batch, partition_meta
             continue
         for index, (batch, header) in enumerate(batches):
             meta = dict(partition_meta) if index == 0 else {"topic": partition_meta["topic"],
                                                             "partition": partition_meta["partition"]}
             meta["header"] = wire.header_to_json(header)
-            yield batch, pa.py_buffer(wire.dumps(meta))
+            yield batch, meta
 
 
 _END_OF_ANSWER = pa.py_buffer(wire.dumps({"end": True}))
@@ -144,15 +157,20 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool) -> None
             request = wire.loads(chunk.app_metadata, "fetch")
             if not isinstance(request, dict) or request.get("type") != wire.FETCH:
                 raise InvalidRequestError("a fetch session request must be a JSON object with type 'fetch'")
-            for batch, metadata in _fetch_stream(broker.handle_fetch(request, replica_messages), empty):
+            chunks = 0
+            for batch, metadata in _fetch_stream(broker.handle_fetch(request, replica_messages), empty,
+                                                 end_marked=True):
                 writer.write_with_metadata(batch, metadata)
-            end = _END_OF_ANSWER
+                chunks += 1
+            end = None if chunks else _END_OF_ANSWER  # the last chunk said "end" itself
         except InvariantViolation:
             raise  # the boundary stops the broker
         except flight.FlightError:
             return  # the client is gone
         except Exception as exc:  # one request failed: answered with its error, the session goes on
             end = pa.py_buffer(wire.dumps({**error_response(None, exc, "a fetch session"), "end": True}))
+        if end is None:
+            continue
         try:
             writer.write_metadata(end)
         except Exception:  # the client went away mid-answer
