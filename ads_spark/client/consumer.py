@@ -10,7 +10,6 @@ readers such as the Spark source, with no per-record Python.
 from __future__ import annotations
 
 import itertools
-from itertools import repeat
 import logging
 import time
 from dataclasses import dataclass
@@ -350,6 +349,6 @@ def _to_records(tp: TopicPartition, table: pa.Table) -> list[Record]:
         headers = [[] for _ in range(rows)]
     else:
         headers = [[(h["key"], h["value"]) for h in (entry or [])] for entry in headers_column.to_pylist()]
-    return list(map(Record._make, zip(repeat(tp.topic, rows), repeat(tp.partition, rows),
+    return list(map(Record._make, zip(itertools.repeat(tp.topic, rows), itertools.repeat(tp.partition, rows),
                                       table.column("offset").to_pylist(), timestamps_ms,
                                       table.column("key").to_pylist(), table.column("value").to_pylist(), headers)))

@@ -154,7 +154,8 @@ class PollFetcher:
         for key, position, epoch, broker in wanted:
             if not self._lagging.get(key, True):
                 continue
-            chunk = self._consumer._fetch_local(consumer_module.TopicPartition(*key), position, self._consumer.partition_fetch_max_bytes,
+            chunk = self._consumer._fetch_local(consumer_module.TopicPartition(*key), position,
+                                                self._consumer.partition_fetch_max_bytes,
                                                 epoch, broker)
             if chunk is not None and chunk.table.num_rows:
                 answers[key] = self._record(key, position, chunk)
@@ -204,7 +205,8 @@ class PollFetcher:
                 self._connections.mark_stale()
                 return _Answer(position, None, None)
             return _Answer(position, None, error)
-        chunk = consumer_module._chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]))
+        chunk = consumer_module._chunk(batches, position, int(info["high_watermark"]),
+                                       int(info["log_start_offset"]))
         return self._record(key, position, chunk)
 
     def close(self) -> None:

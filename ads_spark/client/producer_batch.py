@@ -81,9 +81,10 @@ def take_coalesced(head: ProducerBatch, queue: deque[ProducerBatch], now_ms: int
     parts, size_bytes, records = [head], head.size_bytes, head.record_count
     while queue and len(parts) < PARTS_PER_REQUEST_MAX:
         candidate = queue[0]
-        if (candidate.attempts or candidate.solo or candidate.retry_not_before_ms > now_ms or candidate.deadline_ms <= now_ms
-                or size_bytes + candidate.size_bytes > request_bytes_max
-                or (head.base_sequence >= 0 and candidate.base_sequence != head.base_sequence + records)):
+        sendable_now = candidate.retry_not_before_ms <= now_ms < candidate.deadline_ms
+        contiguous = head.base_sequence < 0 or candidate.base_sequence == head.base_sequence + records
+        if (candidate.attempts or candidate.solo or not sendable_now or not contiguous
+                or size_bytes + candidate.size_bytes > request_bytes_max):
             break
         parts.append(queue.popleft())
         size_bytes += candidate.size_bytes

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from ads_spark.client import Consumer, Producer, TopicPartition
-from tests.fixtures.cluster import metric_total
+from tests.fixtures.cluster import metric_total, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -65,15 +65,6 @@ def _high_watermarks(bootstrap: str, topic: str, partitions: int = 3) -> list[in
         consumer.close()
 
 
-def _stored_values(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap})
-    try:
-        tp = TopicPartition(topic, 0)
-        return consumer.fetch_arrow(tp, 0, consumer.get_watermark_offsets(tp)[1]).column("value").to_pylist()
-    finally:
-        consumer.close()
-
-
 def test_queued_batches_share_produce_requests(admin, bootstrap, cluster, topic_name):
     """A backlog leaves in few requests (client/producer_batch.py); each future still gets its own batch's
     base offset, and the log holds every record once, in order."""
@@ -84,7 +75,7 @@ def test_queued_batches_share_produce_requests(admin, bootstrap, cluster, topic_
     # Without coalescing every batch is a request (40); with it, a few requests fill the window of 5 and
     # the rest of the backlog follows in a handful more.
     assert requests <= BATCHES / 2, f"{requests:.0f} produce requests for {BATCHES} queued batches"
-    assert _stored_values(bootstrap, topic_name) == [v for batch in batches for v in batch.column(0).to_pylist()]
+    assert read_all(bootstrap, topic_name) == [v for batch in batches for v in batch.column(0).to_pylist()]
 
 
 def test_a_topic_refusing_the_coalesced_size_gets_the_batches_one_by_one(admin, bootstrap, cluster, topic_name):
@@ -97,7 +88,7 @@ def test_a_topic_refusing_the_coalesced_size_gets_the_batches_one_by_one(admin, 
     offsets, requests = _produce_all({"bootstrap.servers": bootstrap, "acks": "all"}, topic_name, batches, cluster)
     assert offsets == [b * BATCH_RECORDS for b in range(BATCHES)]
     assert requests > BATCHES  # every batch alone, plus the refused coalesced attempts
-    assert _stored_values(bootstrap, topic_name) == [v for batch in batches for v in batch.column(0).to_pylist()]
+    assert read_all(bootstrap, topic_name) == [v for batch in batches for v in batch.column(0).to_pylist()]
 
 
 def test_a_caller_chosen_producer_id_never_coalesces(admin, bootstrap, cluster, topic_name):

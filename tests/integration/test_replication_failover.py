@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from ads_spark.client import Admin, Consumer, Producer, TopicPartition
+from ads_spark.client import Admin, Producer
 from ads_spark.errors import AdsError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
-from tests.fixtures.cluster import metric_values
+from tests.fixtures.cluster import metric_values, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -89,16 +89,6 @@ class AckedWriter:
 def leader_of(admin: Admin, topic: str) -> tuple[int, list[int]]:
     partition = admin.describe_topics([topic])[0].partitions[0]
     return partition.leader, list(partition.isr)
-
-
-def read_all(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap})
-    try:
-        tp = TopicPartition(topic, 0)
-        start, high_watermark = consumer.get_watermark_offsets(tp)
-        return consumer.fetch_arrow(tp, start, high_watermark).column("value").to_pylist()
-    finally:
-        consumer.close()
 
 
 def replicated_topic_under_load(fresh_cluster, topic: str):
