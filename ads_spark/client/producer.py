@@ -2,7 +2,8 @@
 
 ``produce`` appends one record to its partition's open batch; a batch is sent
 when it reaches ``batch.size`` bytes or has waited ``linger.ms``. ``produce_arrow``
-hands over a ready Arrow batch. A sender thread writes batches onto one
+hands over a ready Arrow batch (after sealing the partition's open batch: one
+partition's writes are stored in call order, whichever call made them). A sender thread writes batches onto one
 long-lived Flight ``do_put`` stream per broker (pipelined, at most
 ``max.in.flight.requests.per.connection`` batches per partition) and completes
 each batch's futures when its response arrives. Batches queued behind a full
@@ -198,6 +199,8 @@ class Producer:
             self._undelivered += conformed.num_rows
             if partition is None:
                 self._count_sticky_locked(topic, number, conformed.nbytes)
+            # Records produce() left in the partition's open batch were called first: they go first.
+            self._seal_locked((topic, number))
             self._enqueue_locked(item)
             self._lock.notify_all()
         return future

@@ -123,3 +123,23 @@ def test_null_key_records_stick_to_a_partition_for_batch_size_bytes(admin, boots
     assert runs[:-1] == [records_per_run] * (len(runs) - 1), runs
     assert len(set(partitions)) == 3
     assert sorted(grown) == [40, 40, 40], f"produce_arrow without a partition: records per partition {grown}"
+
+
+def test_records_and_arrow_batches_keep_call_order_on_a_partition(admin, bootstrap, topic_name):
+    """One producer's writes to a partition are stored in the order of the calls, whichever call made them:
+    records still lingering in their open batch go before an Arrow batch produced after them."""
+    admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    expected, futures = [], []
+    with Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 200}) as producer:
+        for round_number in range(5):
+            for i in range(3):
+                value = b"record-%d-%d" % (round_number, i)
+                futures.append(producer.produce(topic_name, value=value, partition=0))
+                expected.append(value)
+            values = [b"arrow-%d-%d" % (round_number, i) for i in range(4)]
+            futures.append(producer.produce_arrow(topic_name, pa.record_batch({"value": pa.array(values)}),
+                                                  partition=0))
+            expected.extend(values)
+        for future in futures:
+            future.result(timeout=60)
+    assert read_all(bootstrap, topic_name) == expected
