@@ -227,10 +227,9 @@ class Consumer:
             if local is not None:
                 return local
         broker = replica or broker
-        request = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
-                   "max_bytes": max_bytes, "client_rack": self.client_rack,
-                   "partitions": [{"topic": tp.topic, "partition": tp.partition, "fetch_offset": start,
-                                   "current_leader_epoch": meta.leader_epoch, "partition_max_bytes": max_bytes}]}
+        request = wire.consumer_fetch_request([(tp.topic, tp.partition, start, meta.leader_epoch)],
+                                              max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+                                              partition_max_bytes=max_bytes, client_rack=self.client_rack)
         options = flight.FlightCallOptions(timeout=(max_wait_ms + self._connections.request_timeout_ms) / 1000)
         try:
             reader = self._connections.client_for(broker.host, broker.port).do_get(

@@ -171,12 +171,11 @@ class PollFetcher:
         """One fetch for every wanted partition of this leader, held by the broker until one has data."""
         consumer = self._consumer
         broker = wanted[0][3]
-        budget = consumer.partition_fetch_max_bytes
-        request = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": consumer.fetch_max_wait_ms, "min_bytes": 1,
-                   "max_bytes": consumer.fetch_max_bytes, "client_rack": consumer.client_rack,
-                   "partitions": [{"topic": key[0], "partition": key[1], "fetch_offset": position,
-                                   "current_leader_epoch": epoch, "partition_max_bytes": budget}
-                                  for key, position, epoch, _ in wanted]}
+        request = wire.consumer_fetch_request([(key[0], key[1], position, epoch) for key, position, epoch, _ in wanted],
+                                              max_wait_ms=consumer.fetch_max_wait_ms,
+                                              max_bytes=consumer.fetch_max_bytes,
+                                              partition_max_bytes=consumer.partition_fetch_max_bytes,
+                                              client_rack=consumer.client_rack)
         timeout_s = (consumer.fetch_max_wait_ms + self._connections.request_timeout_ms) / 1000
         try:
             infos, batches = wire.split_fetch_answer(self._session_for(broker).fetch(request, timeout_s))

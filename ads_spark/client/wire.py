@@ -139,6 +139,16 @@ def _first_line(exc: Exception) -> str:
 # ---- fetch response metadata ------------------------------------------------
 
 
+def consumer_fetch_request(partitions, *, max_wait_ms: int, max_bytes: int, partition_max_bytes: int,
+                           client_rack: str | None) -> dict[str, Any]:
+    """A consumer's fetch of ``partitions``: (topic, partition, fetch_offset, current_leader_epoch) tuples."""
+    return {"type": FETCH, "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
+            "client_rack": client_rack,
+            "partitions": [{"topic": topic, "partition": partition, "fetch_offset": offset,
+                            "current_leader_epoch": epoch, "partition_max_bytes": partition_max_bytes}
+                           for topic, partition, offset, epoch in partitions]}
+
+
 def split_fetch_answer(chunks) -> tuple[dict[tuple[str, int], dict], dict[tuple[str, int], list]]:
     """A fetch answer's (metadata, batch) chunks by partition: (partition metadata, [(batch, chunk metadata)]).
 
