@@ -202,6 +202,10 @@ def conform_produce_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """
     if batch.num_rows == 0:
         raise InvalidRequestError("empty record batch: a produce request needs at least one record")
+    if batch.schema.equals(PRODUCE_SCHEMA):  # what our producer sends: nothing to cast or fill
+        if batch.column(0).null_count:
+            raise InvalidRequestError("column 'timestamp' must not contain nulls")
+        return batch
     names = set(batch.schema.names)
     unknown = names - set(PRODUCE_SCHEMA.names)
     if unknown:

@@ -108,6 +108,15 @@ def test_conform_rejects_bad_produce_batches():
         records.conform_produce_batch(pa.record_batch({"value": pa.array([], pa.binary())}))
     conformed = records.conform_produce_batch(pa.record_batch({"value": pa.array(["text"])}))
     assert conformed.schema == records.PRODUCE_SCHEMA and conformed.column("value")[0].as_py() == b"text"
+    assert records.conform_produce_batch(conformed) is conformed  # already conformed: passed through
+    # A schema may declare the timestamp non-nullable and still carry nulls: checked on both paths.
+    null_timestamp = pa.RecordBatch.from_arrays([pa.array([None], pa.timestamp("ms")), *conformed.columns[1:]],
+                                                schema=records.PRODUCE_SCHEMA)
+    with pytest.raises(errors.InvalidRequestError, match="'timestamp' must not contain nulls"):
+        records.conform_produce_batch(null_timestamp)
+    with pytest.raises(errors.InvalidRequestError, match="'timestamp' must not contain nulls"):
+        records.conform_produce_batch(pa.record_batch({"timestamp": pa.array([None], pa.timestamp("ms")),
+                                                       "value": pa.array([b"v"])}))
 
 
 def test_wire_errors_round_trip_through_flight_exceptions():
