@@ -72,12 +72,12 @@ class FetchSession:
         for _ in range(ANSWER_CHUNKS_MAX):
             chunk = self._reader.read_chunk()
             meta = wire.loads(chunk.app_metadata, "fetch answer")
-            if meta.get("end") and "topic" not in meta:  # a message of its own: no data, maybe the error
-                if meta.get("error_code"):
+            if meta.get("end") and "topic" not in meta and "partitions" not in meta:
+                if meta.get("error_code"):  # a message of its own: the request failed, or nothing to say
                     raise error_for(int(meta["error_code"]), str(meta.get("message", "")))
                 return chunks
             chunks.append((meta, chunk.data))
-            if meta.get("end"):  # the answer's last partition chunk (its error_code is that partition's)
+            if meta.get("end"):  # the answer's last chunk (an error_code in it is a partition's)
                 return chunks
         raise error_for(-1, f"fetch answer longer than {ANSWER_CHUNKS_MAX} chunks")
 

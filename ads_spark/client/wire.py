@@ -159,11 +159,16 @@ def split_fetch_answer(chunks) -> tuple[dict[tuple[str, int], dict], dict[tuple[
     """A fetch answer's (metadata, batch) chunks by partition: (partition metadata, [(batch, chunk metadata)]).
 
     Every answer shape (DoGet, fetch session, replica session) is grouped here once: the first chunk of a
-    partition carries its metadata (error code, HW, ...), every chunk with rows one stored batch.
+    partition with batches carries its metadata (error code, HW, ...), every chunk with rows one stored
+    batch; the partitions without batches come together in one chunk's ``"partitions"`` list.
     """
     infos: dict[tuple[str, int], dict] = {}
     batches: dict[tuple[str, int], list] = {}
     for meta, data in chunks:
+        if "partitions" in meta:
+            for info in meta["partitions"]:
+                infos[(info["topic"], info["partition"])] = info
+            continue
         key = (meta["topic"], meta["partition"])
         if "error_code" in meta:
             infos[key] = meta

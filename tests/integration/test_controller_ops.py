@@ -117,9 +117,9 @@ def test_rack_aware_placement_and_same_rack_follower_reads(fresh_cluster, topic_
             chunks = list(client.do_get(flight.Ticket(wire.dumps(request))))
         finally:
             client.close()
-        meta = [wire.loads(c.app_metadata, "fetch") for c in chunks]
+        infos, _ = wire.split_fetch_answer((wire.loads(c.app_metadata, "fetch"), c.data) for c in chunks)
         rows = sum(c.data.num_rows for c in chunks)
-        return next(m for m in meta if "error_code" in m), rows
+        return infos[(topic_name, 0)], rows
 
     # A consumer on the follower's rack is served by it (KIP-392), up to the follower's HW ...
     meta, rows = wait_until(lambda: (lambda r: r if r[1] == 50 else None)(fetch_from_follower(rack_of[follower])),
