@@ -19,7 +19,6 @@ version-conditional ZooKeeper write succeeds (IsrUpdateAccepted in partition.py)
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from ads_spark.replication.state import (
     UNKNOWN_BROKER_EPOCH,
@@ -27,6 +26,7 @@ from ads_spark.replication.state import (
     LeaderAndIsr,
     PartitionState,
     PendingIsrChange,
+    evolve,
 )
 
 
@@ -98,4 +98,4 @@ def proposal(state: PartitionState, new_isr: frozenset[int], now_ms: int,
         partition_epoch=state.partition_epoch,
     )
     pending = PendingIsrChange(proposed=proposed, maximal_isr=state.isr | new_isr, sent_at_ms=now_ms)
-    return replace(state, pending_isr=pending), proposed
+    return evolve(state, pending_isr=pending), proposed

@@ -27,7 +27,7 @@ raises ``InvariantViolation``. ``check_invariants`` runs after every step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ads_spark.errors import ErrorCode, InvariantViolation
 from ads_spark.replication import acks, dedupe, epochs, hw, isr, roles
@@ -38,6 +38,7 @@ from ads_spark.replication.state import (
     Role,
     BatchInfo,
     check_invariants,
+    evolve,
 )
 
 from ads_spark.replication.events import (  # noqa: F401 (re-exported: the broker and tests use partition.X)
@@ -107,7 +108,7 @@ def step(state: PartitionState, event: Event) -> tuple[PartitionState, list[Effe
             new, effects = _on_log_start_advanced(state, event)
         case ConfigChanged():
             # A lower min ISR may complete waiting produces; a higher one may fail them.
-            new, effects = _settle(state, replace(state, config=event.config), event.now_ms)
+            new, effects = _settle(state, evolve(state, config=event.config), event.now_ms)
         case _:
             raise InvariantViolation(f"unknown event {event!r}")
     check_invariants(new)
@@ -123,13 +124,13 @@ def _settle(old: PartitionState, state: PartitionState, now_ms: int) -> tuple[Pa
     new_hw = hw.next_high_watermark(state)
     effects: list[Effect] = []
     if new_hw != state.high_watermark:
-        state = replace(state, high_watermark=new_hw)
+        state = evolve(state, high_watermark=new_hw)
     if state.high_watermark != old.high_watermark:
         effects.append(HighWatermarkChanged(state.high_watermark))
     if state.pending_produces:
         rest, done = acks.complete(state.pending_produces, state.high_watermark, len(state.isr),
                                    state.config.min_insync_replicas, now_ms)
-        state = replace(state, pending_produces=rest)
+        state = evolve(state, pending_produces=rest)
         effects.extend(_completions(done))
     return state, effects
 
@@ -169,7 +170,7 @@ def _on_produce(state: PartitionState, event: Produce):
             base, last = state.log_end_offset, state.log_end_offset + event.record_count - 1
             batch = BatchInfo(base, event.record_count, state.leader_epoch, event.producer_id,
                               event.producer_epoch, event.base_sequence)
-            state = replace(state, log_end_offset=last + 1,
+            state = evolve(state, log_end_offset=last + 1,
                             producers=dedupe.record_append(state.producers, batch))
             effects.append(AppendAsLeader(event.request_id, base, event.record_count, state.leader_epoch))
         case dedupe.OutOfOrderSequence():
@@ -181,7 +182,7 @@ def _on_produce(state: PartitionState, event: Produce):
     if event.acks == acks.Acks.ALL:
         pending = PendingProduce(event.request_id, base, last, event.now_ms + event.timeout_ms)
         old = state
-        state = replace(state, pending_produces=acks.add_pending(state.pending_produces, pending))
+        state = evolve(state, pending_produces=acks.add_pending(state.pending_produces, pending))
     else:
         old = state
         if event.acks == acks.Acks.LEADER:
@@ -220,7 +221,7 @@ def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
         return state, [reply(ErrorCode.OFFSET_OUT_OF_RANGE, state)]
     old_prog = state.progress[event.replica_id]
     prog = isr.update_progress(old_prog, event.fetch_offset, event.broker_epoch, state.log_end_offset, event.now_ms)
-    new = replace(state, progress={**state.progress, event.replica_id: prog})
+    new = evolve(state, progress={**state.progress, event.replica_id: prog})
     effects: list[Effect] = []
     restarted = old_prog.broker_epoch >= 0 and event.broker_epoch > old_prog.broker_epoch
     if new.pending_isr is None:
@@ -241,7 +242,7 @@ def _on_log_start_advanced(state: PartitionState, event: LogStartAdvanced):
         return state, []
     if start > state.high_watermark:
         raise InvariantViolation(f"log start {start} would pass the HW {state.high_watermark}: uncommitted data deleted")
-    new = replace(state, log_start_offset=start, epochs=epochs.truncate_from_start(state.epochs, start))
+    new = evolve(state, log_start_offset=start, epochs=epochs.truncate_from_start(state.epochs, start))
     return new, [EpochCacheChanged(tuple(new.epochs.as_pairs()))] if new.epochs != state.epochs else []
 
 
@@ -249,7 +250,7 @@ def _on_fetch_response(state: PartitionState, event: FetchResponse):
     if (state.role is Role.FOLLOWER and event.leader_epoch == state.leader_epoch
             and event.error is ErrorCode.OFFSET_OUT_OF_RANGE and event.log_start_offset > state.log_end_offset):
         # Everything this follower has is older than the leader's log start (retention ran): start over there.
-        event = replace(event, error=ErrorCode.NONE, fetch_offset=state.log_end_offset, batches=())
+        event = evolve(event, error=ErrorCode.NONE, fetch_offset=state.log_end_offset, batches=())
     if (state.role is not Role.FOLLOWER or event.leader_epoch != state.leader_epoch
             or event.fetch_offset != state.log_end_offset or event.error is not ErrorCode.NONE):
         # Stale, or an error the fetcher handles by backing off and refreshing metadata.
@@ -258,7 +259,7 @@ def _on_fetch_response(state: PartitionState, event: FetchResponse):
         return _truncate_to(state, epochs.truncation_target(state.epochs, state.log_end_offset,
                                                             event.diverging_epoch))
     if event.log_start_offset > state.log_end_offset:
-        new = replace(state, log_start_offset=event.log_start_offset, log_end_offset=event.log_start_offset,
+        new = evolve(state, log_start_offset=event.log_start_offset, log_end_offset=event.log_start_offset,
                       high_watermark=event.log_start_offset, epochs=epochs.EpochCache(),
                       producers=dedupe.ProducerTable())
         return new, [ResetLog(event.log_start_offset)]
@@ -270,7 +271,7 @@ def _on_fetch_response(state: PartitionState, event: FetchResponse):
             effects.append(EpochCacheChanged(tuple(new.epochs.as_pairs())))
     new_hw = hw.follower_high_watermark(new.high_watermark, event.high_watermark, new.log_end_offset)
     if new_hw != state.high_watermark:
-        new = replace(new, high_watermark=new_hw)
+        new = evolve(new, high_watermark=new_hw)
         effects.append(HighWatermarkChanged(new_hw))
     return new, effects
 
@@ -286,7 +287,7 @@ def _append_fetched(state: PartitionState, event: FetchResponse) -> PartitionSta
         cache = epochs.assign(cache, batch.leader_epoch, batch.base_offset)
         producers = dedupe.record_append(producers, batch)
         leo = batch.base_offset + batch.record_count
-    return replace(state, log_end_offset=leo, epochs=cache, producers=producers)
+    return evolve(state, log_end_offset=leo, epochs=cache, producers=producers)
 
 
 # Test-only switch for the simulation's mutation tests: "hw" truncates a new or
@@ -305,10 +306,10 @@ def _truncate_to(state: PartitionState, target: int):
         cache = epochs.truncate_from_end(state.epochs, target)
         if cache == state.epochs:
             return state, []
-        new = replace(state, epochs=cache)
+        new = evolve(state, epochs=cache)
         return new, [EpochCacheChanged(tuple(cache.as_pairs()))]
     below_hw = target < state.high_watermark
-    new = replace(state, log_end_offset=target, high_watermark=min(state.high_watermark, target),
+    new = evolve(state, log_end_offset=target, high_watermark=min(state.high_watermark, target),
                   epochs=epochs.truncate_from_end(state.epochs, target),
                   producers=dedupe.truncate(state.producers, target))
     effects: list[Effect] = [Truncate(target, below_hw), EpochCacheChanged(tuple(new.epochs.as_pairs()))]
@@ -325,7 +326,7 @@ def _on_tick(state: PartitionState, now_ms: int):
     pending = state.pending_isr
     if pending is not None:
         if now_ms - pending.sent_at_ms >= state.config.isr_update_retry_ms:
-            new = replace(state, pending_isr=replace(pending, sent_at_ms=now_ms))
+            new = evolve(state, pending_isr=evolve(pending, sent_at_ms=now_ms))
             effects.append(ProposeIsr(pending.proposed, pending.proposed.partition_epoch))
     else:
         lagging = isr.out_of_sync(state, now_ms)
@@ -341,7 +342,7 @@ def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
     if (state.role is not Role.LEADER or state.fenced or lai.leader != state.broker_id
             or lai.leader_epoch != state.leader_epoch or lai.partition_epoch <= state.partition_epoch):
         return state, []  # an answer to an older term or a repeat
-    new = replace(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
+    new = evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
                   pending_isr=None)
     return _settle(state, new, event.now_ms)
 
@@ -354,7 +355,7 @@ def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
         # Someone (the controller) changed the znode within our term: adopt it and decide again.
         if cur.partition_epoch < state.partition_epoch:
             return state, []
-        new = replace(state, isr=frozenset(cur.isr), elr=frozenset(cur.elr), partition_epoch=cur.partition_epoch,
+        new = evolve(state, isr=frozenset(cur.isr), elr=frozenset(cur.elr), partition_epoch=cur.partition_epoch,
                       pending_isr=None)
         if state.broker_id not in new.isr:
             new, done = roles.fence(new)

@@ -32,11 +32,11 @@ Rules every transition obeys:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ads_spark.errors import ErrorCode
 from ads_spark.replication import acks, epochs
-from ads_spark.replication.state import FollowerProgress, LeaderAndIsr, PartitionState, Role
+from ads_spark.replication.state import FollowerProgress, LeaderAndIsr, PartitionState, Role, evolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +63,12 @@ def become_leader(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[int,
         # Replicas added by a reassignment start with fresh progress (not caught up, not in the ISR).
         progress = {r: state.progress.get(r, FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms))
                     for r in (*replicas, *observers) if r != state.broker_id}
-        return replace(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
+        return evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
                        replicas=replicas, observers=observers, progress=progress, pending_isr=None), []
     failed = acks.fail_all(state.pending_produces, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     followers = [r for r in (*replicas, *observers) if r != state.broker_id]
     progress = {r: FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms) for r in followers}
-    new = replace(
+    new = evolve(
         state, role=Role.LEADER, leader=state.broker_id, leader_epoch=lai.leader_epoch,
         partition_epoch=lai.partition_epoch, replicas=replicas, observers=observers,
         isr=frozenset(lai.isr), elr=frozenset(lai.elr),
@@ -82,7 +82,7 @@ def become_leader(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[int,
 def become_follower(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[int, ...],
                     observers: tuple[int, ...]) -> tuple[PartitionState, list[acks.Completion]]:
     failed = acks.fail_all(state.pending_produces, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    new = replace(
+    new = evolve(
         state, role=Role.FOLLOWER, leader=lai.leader, leader_epoch=lai.leader_epoch,
         partition_epoch=lai.partition_epoch, replicas=replicas, observers=observers,
         isr=frozenset(lai.isr), elr=frozenset(lai.elr), progress={}, pending_isr=None,
@@ -93,10 +93,10 @@ def become_follower(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[in
 
 def stop(state: PartitionState) -> tuple[PartitionState, list[acks.Completion]]:
     failed = acks.fail_all(state.pending_produces, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    return replace(state, role=Role.NONE, progress={}, pending_isr=None, pending_produces=(), fenced=False), failed
+    return evolve(state, role=Role.NONE, progress={}, pending_isr=None, pending_produces=(), fenced=False), failed
 
 
 def fence(state: PartitionState) -> tuple[PartitionState, list[acks.Completion]]:
     """A newer leader exists: stop acknowledging until the controller's update arrives."""
     failed = acks.fail_all(state.pending_produces, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    return replace(state, fenced=True, pending_isr=None, pending_produces=()), failed
+    return evolve(state, fenced=True, pending_isr=None, pending_produces=()), failed

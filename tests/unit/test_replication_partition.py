@@ -264,3 +264,32 @@ def test_single_step_hw_rule(min_isr, isr_, expected):
     if 2 in isr_:
         s, _ = fetch(s, 2, 2)
     assert s.high_watermark == expected
+
+
+def test_evolve_builds_what_dataclasses_replace_builds():
+    import dataclasses
+
+    from ads_spark.replication.state import PartitionState, evolve
+
+    state = PartitionState("t", 0, 1, isr=frozenset({1, 2}), high_watermark=3, log_end_offset=5)
+    changes = {"high_watermark": 4, "progress": {2: isr.FollowerProgress()}, "role": Role.LEADER}
+    evolved = evolve(state, **changes)
+    assert evolved == dataclasses.replace(state, **changes) and evolved is not state
+    assert state.high_watermark == 3  # the old value is untouched
+    event = P.FetchResponse(leader_epoch=1, fetch_offset=0, error=ErrorCode.NONE, high_watermark=0,
+                            log_start_offset=0, batches=(), diverging_epoch=None, now_ms=0)
+    assert evolve(event, fetch_offset=9) == dataclasses.replace(event, fetch_offset=9)
+    with pytest.raises(TypeError, match="no field"):
+        evolve(state, high_water_mark=4)
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked:  # no slots, and a __post_init__: evolve must go through replace
+        amount: int
+
+        def __post_init__(self):
+            if self.amount < 0:
+                raise ValueError("negative")
+
+    assert evolve(Checked(1), amount=2) == Checked(2)
+    with pytest.raises(ValueError):
+        evolve(Checked(1), amount=-1)
