@@ -2,9 +2,10 @@
 
 ``produce`` appends one record to its partition's open batch; a batch is sent
 when it reaches ``batch.size`` bytes or has waited ``linger.ms``. ``produce_arrow``
-hands over a ready Arrow batch (after sealing the partition's open batch: one
-partition's writes are stored in call order, whichever call made them). A sender thread writes batches onto one
-long-lived Flight ``do_put`` stream per broker (pipelined, at most
+hands over a ready Arrow batch, after sealing the partition's open batch (one
+partition's writes are stored in call order, whichever call made them). A
+sender thread writes batches onto one long-lived Flight ``do_put`` stream per
+broker (pipelined, at most
 ``max.in.flight.requests.per.connection`` batches per partition) and completes
 each batch's futures when its response arrives. Batches queued behind a full
 window leave together, up to ``max.request.size`` bytes per request

@@ -283,7 +283,7 @@ class LogSegment:
         self._remember(len(self.index) - 1, message, header)
 
     def _remember(self, i: int, message: pa.Buffer, header: BatchHeader) -> None:
-        self._forget_from(i)  # (nothing at or after i is kept after an append at i; for the byte count)
+        self._forget_from(i)  # whatever was kept at i or later is no longer in the file
         if message.size > RECENT_BYTES_MAX:
             return
         self._recent[i] = (message, header)
