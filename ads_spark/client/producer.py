@@ -1,17 +1,17 @@
 """The producer: records accumulate into Arrow batches, batches stream to leaders.
 
 ``produce`` appends one record to its partition's open batch; a batch is sent
-when it reaches ``batch.size`` bytes or has waited ``linger.ms``. ``produce_arrow``
-hands over a ready Arrow batch, after sealing the partition's open batch (one
-partition's writes are stored in call order, whichever call made them). A
-sender thread writes batches onto one long-lived Flight ``do_put`` stream per
-broker (pipelined, at most
-``max.in.flight.requests.per.connection`` batches per partition) and completes
-each batch's futures when its response arrives. Batches queued behind a full
-window leave together, up to ``max.request.size`` bytes per request
-(``producer_batch.py``: the brokers' cost is mostly per request). Retriable errors refresh
-metadata and resend the same batch, bounded by ``delivery.timeout.ms``; a batch
-retried is put back at the head of its partition's queue so order is kept.
+when it reaches ``batch.size`` bytes or has waited ``linger.ms``.
+``produce_arrow`` hands over a ready Arrow batch, after sealing the partition's
+open batch (one partition's writes are stored in call order, whichever call made
+them). A sender thread writes batches onto one long-lived Flight ``do_put``
+stream per broker (pipelined, at most ``max.in.flight.requests.per.connection``
+batches per partition) and completes each batch's futures when its response
+arrives. Batches queued behind a full window leave together, up to
+``max.request.size`` bytes per request (``producer_batch.py``: the brokers' cost
+is mostly per request). Retriable errors refresh metadata and resend the same
+batch, bounded by ``delivery.timeout.ms``; a batch retried is put back at the
+head of its partition's queue so order is kept.
 
 Idempotence: batches are numbered per partition. When a batch fails for good
 (its delivery timeout passed, or a non-retriable error), its sequence numbers
