@@ -142,9 +142,6 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-# ---- fetch response metadata ------------------------------------------------
-
-
 def consumer_fetch_request(partitions, *, max_wait_ms: int, max_bytes: int, partition_max_bytes: int,
                            client_rack: str | None) -> dict[str, Any]:
     """A consumer's fetch of ``partitions``: (topic, partition, fetch_offset, current_leader_epoch) tuples."""
@@ -153,6 +150,9 @@ def consumer_fetch_request(partitions, *, max_wait_ms: int, max_bytes: int, part
             "partitions": [{"topic": topic, "partition": partition, "fetch_offset": offset,
                             "current_leader_epoch": epoch, "partition_max_bytes": partition_max_bytes}
                            for topic, partition, offset, epoch in partitions]}
+
+
+# ---- fetch response metadata ------------------------------------------------
 
 
 def split_fetch_answer(chunks) -> tuple[dict[tuple[str, int], dict], dict[tuple[str, int], list]]:

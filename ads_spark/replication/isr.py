@@ -19,7 +19,6 @@ version-conditional ZooKeeper write succeeds (IsrUpdateAccepted in partition.py)
 
 from __future__ import annotations
 
-
 from ads_spark.replication.state import (
     UNKNOWN_BROKER_EPOCH,
     FollowerProgress,

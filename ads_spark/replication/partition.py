@@ -171,7 +171,7 @@ def _on_produce(state: PartitionState, event: Produce):
             batch = BatchInfo(base, event.record_count, state.leader_epoch, event.producer_id,
                               event.producer_epoch, event.base_sequence)
             state = evolve(state, log_end_offset=last + 1,
-                            producers=dedupe.record_append(state.producers, batch))
+                           producers=dedupe.record_append(state.producers, batch))
             effects.append(AppendAsLeader(event.request_id, base, event.record_count, state.leader_epoch))
         case dedupe.OutOfOrderSequence():
             return state, [ProduceCompleted(event.request_id, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)]
@@ -260,8 +260,8 @@ def _on_fetch_response(state: PartitionState, event: FetchResponse):
                                                             event.diverging_epoch))
     if event.log_start_offset > state.log_end_offset:
         new = evolve(state, log_start_offset=event.log_start_offset, log_end_offset=event.log_start_offset,
-                      high_watermark=event.log_start_offset, epochs=epochs.EpochCache(),
-                      producers=dedupe.ProducerTable())
+                     high_watermark=event.log_start_offset, epochs=epochs.EpochCache(),
+                     producers=dedupe.ProducerTable())
         return new, [ResetLog(event.log_start_offset)]
     new, effects = state, []
     if event.batches:
@@ -310,8 +310,8 @@ def _truncate_to(state: PartitionState, target: int):
         return new, [EpochCacheChanged(tuple(cache.as_pairs()))]
     below_hw = target < state.high_watermark
     new = evolve(state, log_end_offset=target, high_watermark=min(state.high_watermark, target),
-                  epochs=epochs.truncate_from_end(state.epochs, target),
-                  producers=dedupe.truncate(state.producers, target))
+                 epochs=epochs.truncate_from_end(state.epochs, target),
+                 producers=dedupe.truncate(state.producers, target))
     effects: list[Effect] = [Truncate(target, below_hw), EpochCacheChanged(tuple(new.epochs.as_pairs()))]
     if below_hw:
         effects.append(HighWatermarkChanged(new.high_watermark))
@@ -343,7 +343,7 @@ def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
             or lai.leader_epoch != state.leader_epoch or lai.partition_epoch <= state.partition_epoch):
         return state, []  # an answer to an older term or a repeat
     new = evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
-                  pending_isr=None)
+                 pending_isr=None)
     return _settle(state, new, event.now_ms)
 
 
@@ -356,7 +356,7 @@ def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
         if cur.partition_epoch < state.partition_epoch:
             return state, []
         new = evolve(state, isr=frozenset(cur.isr), elr=frozenset(cur.elr), partition_epoch=cur.partition_epoch,
-                      pending_isr=None)
+                     pending_isr=None)
         if state.broker_id not in new.isr:
             new, done = roles.fence(new)
             return new, _completions(done)

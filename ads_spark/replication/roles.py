@@ -64,7 +64,7 @@ def become_leader(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[int,
         progress = {r: state.progress.get(r, FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms))
                     for r in (*replicas, *observers) if r != state.broker_id}
         return evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
-                       replicas=replicas, observers=observers, progress=progress, pending_isr=None), []
+                      replicas=replicas, observers=observers, progress=progress, pending_isr=None), []
     failed = acks.fail_all(state.pending_produces, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     followers = [r for r in (*replicas, *observers) if r != state.broker_id]
     progress = {r: FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms) for r in followers}

@@ -37,9 +37,9 @@ def evolve(value, **changes):
     ``__post_init__`` or without slots goes through ``replace``.
     """
     cls = type(value)
-    slots = _EVOLVE_SLOTS.get(cls, ())
-    if slots == ():
-        slots = _EVOLVE_SLOTS[cls] = _slots_of(cls)
+    if cls not in _EVOLVE_SLOTS:
+        _EVOLVE_SLOTS[cls] = _slots_of(cls)
+    slots = _EVOLVE_SLOTS[cls]
     if slots is None:
         return replace(value, **changes)
     new = object.__new__(cls)
