@@ -329,7 +329,8 @@ class Partition:
             raise CorruptMessageError(f"{self.topic}-{self.partition}: {exc}") from None
         event = core.FetchResponse(
             leader_epoch=int(meta.get("leader_epoch", request.current_leader_epoch)),
-            fetch_offset=request.fetch_offset, error=ErrorCode(int(meta.get("error_code", 0))),
+            fetch_offset=request.fetch_offset, last_fetched_epoch=request.last_fetched_epoch,
+            error=ErrorCode(int(meta.get("error_code", 0))),
             high_watermark=int(meta.get("high_watermark", 0)),
             log_start_offset=int(meta.get("log_start_offset", 0)), batches=headers,
             diverging_epoch=(int(diverging["epoch"]), int(diverging["end_offset"])) if diverging else None,

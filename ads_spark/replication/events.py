@@ -71,7 +71,10 @@ class FetchResponse:
     """The leader's answer to this follower's fetch, with the batches it carried."""
 
     leader_epoch: int
-    fetch_offset: int  # echo of the request's, to drop stale answers
+    # Echoes of the request's: the follower's log position (end offset, latest epoch) the answer is
+    # about. An answer to any other position is stale and dropped, whatever its leader epoch.
+    fetch_offset: int
+    last_fetched_epoch: int
     error: ErrorCode
     high_watermark: int
     log_start_offset: int
@@ -177,7 +180,8 @@ class ReplyFetch:
     replica_id: int
     error: ErrorCode
     leader_epoch: int
-    fetch_offset: int
+    fetch_offset: int  # with last_fetched_epoch: echoes of the request, for the FetchResponse
+    last_fetched_epoch: int
     read_end_offset_exclusive: int
     high_watermark: int
     log_start_offset: int

@@ -207,8 +207,8 @@ def _fetch_error(state: PartitionState, event: FollowerFetch) -> ErrorCode:
 
 def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
     def reply(error: ErrorCode, s: PartitionState, diverging=None) -> ReplyFetch:
-        return ReplyFetch(event.replica_id, error, s.leader_epoch, event.fetch_offset, s.log_end_offset,
-                          s.high_watermark, s.log_start_offset, diverging)
+        return ReplyFetch(event.replica_id, error, s.leader_epoch, event.fetch_offset, event.last_fetched_epoch,
+                          s.log_end_offset, s.high_watermark, s.log_start_offset, diverging)
 
     error = _fetch_error(state, event)
     if error is not ErrorCode.NONE:
@@ -252,8 +252,12 @@ def _on_fetch_response(state: PartitionState, event: FetchResponse):
         # Everything this follower has is older than the leader's log start (retention ran): start over there.
         event = evolve(event, error=ErrorCode.NONE, fetch_offset=state.log_end_offset, batches=())
     if (state.role is not Role.FOLLOWER or event.leader_epoch != state.leader_epoch
-            or event.fetch_offset != state.log_end_offset or event.error is not ErrorCode.NONE):
-        # Stale, or an error the fetcher handles by backing off and refreshing metadata.
+            or event.fetch_offset != state.log_end_offset or event.last_fetched_epoch != state.epochs.latest_epoch
+            or event.error is not ErrorCode.NONE):
+        # Stale, or an error the fetcher handles by backing off and refreshing metadata. The log
+        # position must match in full: a late answer to a fetch from before a truncation and re-fetch
+        # to the same end offset told this follower to truncate again, below offsets it had since
+        # reported to the leader, which counted them towards the HW (simulation seed 203695).
         return state, []
     if event.diverging_epoch is not None:
         return _truncate_to(state, epochs.truncation_target(state.epochs, state.log_end_offset,

@@ -132,8 +132,8 @@ class SimBroker:
                 batches = () if eff.error is not ErrorCode.NONE or eff.diverging_epoch else tuple(
                     disk.read(eff.fetch_offset, eff.read_end_offset_exclusive))
                 rids = tuple(tuple(disk.rids[b.base_offset:b.next_offset]) for b in batches)
-                resp = core.FetchResponse(eff.leader_epoch, eff.fetch_offset, eff.error, eff.high_watermark,
-                                          eff.log_start_offset, batches, eff.diverging_epoch)
+                resp = core.FetchResponse(eff.leader_epoch, eff.fetch_offset, eff.last_fetched_epoch, eff.error,
+                                          eff.high_watermark, eff.log_start_offset, batches, eff.diverging_epoch)
                 target = c.brokers[eff.replica_id]
                 c.net.send(now, self.id, eff.replica_id, FetchResp(p, resp, rids), target.incarnation)
             case core.ProposeIsr():

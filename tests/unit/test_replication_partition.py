@@ -214,16 +214,34 @@ def test_follower_appends_and_takes_capped_hw():
     s = follower()
     req = P.fetch_request(s)
     assert (req.leader, req.fetch_offset, req.current_leader_epoch) == (1, 0, 1)
-    s, eff = P.step(s, P.FetchResponse(1, 0, ErrorCode.NONE, 7, 0, (BatchInfo(0, 2, 0), BatchInfo(2, 3, 1))))
+    s, eff = P.step(s, P.FetchResponse(1, 0, -1, ErrorCode.NONE, 7, 0, (BatchInfo(0, 2, 0), BatchInfo(2, 3, 1))))
     assert s.log_end_offset == 5 and s.high_watermark == 5 and s.epochs.as_pairs() == [(0, 0), (1, 2)]
-    s2, eff = P.step(s, P.FetchResponse(1, 3, ErrorCode.NONE, 9, 0, ()))
+    s2, eff = P.step(s, P.FetchResponse(1, 3, 1, ErrorCode.NONE, 9, 0, ()))
     assert s2 == s and eff == []  # stale answer
 
 
 def test_follower_truncates_to_divergence_not_hw():
     s = follower(leo=10, hw_=4)
-    s, eff = P.step(s, P.FetchResponse(1, 10, ErrorCode.NONE, 6, 0, (), diverging_epoch=(0, 8)))
+    s, eff = P.step(s, P.FetchResponse(1, 10, 0, ErrorCode.NONE, 6, 0, (), diverging_epoch=(0, 8)))
     assert of(eff, P.Truncate) == [P.Truncate(8, False)] and s.log_end_offset == 8 and s.high_watermark == 4
+
+
+def test_late_answer_about_an_older_log_position_at_the_same_end_offset_is_dropped():
+    """Found by the simulation (seed 203695): a follower with offsets 4-6 from epoch 1 is told to diverge at 4,
+    truncates, re-fetches 4-6 from the epoch-2 leader and reports offset 7; then a late answer to its earlier
+    fetch at 7 (epoch 1) arrives. Taken as current, it cut 4-6 again, below what the leader counted in its HW."""
+    from ads_spark.replication.state import BatchInfo
+    s = P.initial_state("t", 0, 3, PartitionConfig(), log_end_offset=7, epoch_pairs=((1, 0),))
+    s, _ = P.step(s, P.BecomeFollower(LeaderAndIsr(2, 2, (2, 3), (), 4), REPLICAS, (), 0))
+    stale = P.fetch_request(s)
+    assert (stale.fetch_offset, stale.last_fetched_epoch) == (7, 1)
+    late = P.FetchResponse(2, 7, 1, ErrorCode.NONE, 4, 0, (), diverging_epoch=(1, 4))
+    s, eff = P.step(s, late)
+    assert of(eff, P.Truncate) == [P.Truncate(4, False)]
+    s, _ = P.step(s, P.FetchResponse(2, 4, 1, ErrorCode.NONE, 4, 0, (BatchInfo(4, 3, 2),)))
+    assert s.log_end_offset == 7 and P.fetch_request(s).last_fetched_epoch == 2
+    after, eff = P.step(s, late)  # the same answer again, late: about (7, epoch 1), not (7, epoch 2)
+    assert after == s and eff == []
 
 
 def test_empty_epoch_left_by_a_brief_leadership_is_dropped_so_fetching_progresses():
@@ -237,7 +255,8 @@ def test_empty_epoch_left_by_a_brief_leadership_is_dropped_so_fetching_progresse
     request = P.fetch_request(s)
     diverging = P.epochs.diverging_epoch(leader_cache, 0, request.fetch_offset, request.last_fetched_epoch)
     assert diverging is not None
-    s, eff = P.step(s, P.FetchResponse(2, 0, ErrorCode.NONE, 0, 0, (), diverging_epoch=diverging, now_ms=2))
+    s, eff = P.step(s, P.FetchResponse(2, 0, request.last_fetched_epoch, ErrorCode.NONE, 0, 0, (),
+                                       diverging_epoch=diverging, now_ms=2))
     assert of(eff, P.EpochCacheChanged) and not of(eff, P.Truncate)
     request = P.fetch_request(s)
     assert P.epochs.diverging_epoch(leader_cache, 0, request.fetch_offset, request.last_fetched_epoch) is None
@@ -276,8 +295,8 @@ def test_evolve_builds_what_dataclasses_replace_builds():
     evolved = evolve(state, **changes)
     assert evolved == dataclasses.replace(state, **changes) and evolved is not state
     assert state.high_watermark == 3  # the old value is untouched
-    event = P.FetchResponse(leader_epoch=1, fetch_offset=0, error=ErrorCode.NONE, high_watermark=0,
-                            log_start_offset=0, batches=(), diverging_epoch=None, now_ms=0)
+    event = P.FetchResponse(leader_epoch=1, fetch_offset=0, last_fetched_epoch=-1, error=ErrorCode.NONE,
+                            high_watermark=0, log_start_offset=0, batches=(), diverging_epoch=None, now_ms=0)
     assert evolve(event, fetch_offset=9) == dataclasses.replace(event, fetch_offset=9)
     with pytest.raises(TypeError, match="no field"):
         evolve(state, high_water_mark=4)
@@ -293,3 +312,4 @@ def test_evolve_builds_what_dataclasses_replace_builds():
     assert evolve(Checked(1), amount=2) == Checked(2)
     with pytest.raises(ValueError):
         evolve(Checked(1), amount=-1)
+
