@@ -22,7 +22,8 @@ How the broker drives it (the contract for ``ads_spark/broker``):
 * Consumers ask ``check_consumer_fetch`` for the bound they may read to (HW).
 
 Errors here are outcomes (ErrorCode in an effect); only a broken invariant
-raises ``InvariantViolation``. ``check_invariants`` runs after every step.
+raises ``InvariantViolation``. ``check_invariants`` runs after every step that
+changes the state (an unchanged state was checked when it was made).
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def step(state: PartitionState, event: Event) -> tuple[PartitionState, list[Effe
             new, effects = _settle(state, evolve(state, config=event.config), event.now_ms)
         case _:
             raise InvariantViolation(f"unknown event {event!r}")
-    check_invariants(new)
+    if new is not state:
+        check_invariants(new)
     return new, effects
 
 
@@ -220,6 +222,8 @@ def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
     if event.fetch_offset > state.log_end_offset or event.fetch_offset < state.log_start_offset:
         return state, [reply(ErrorCode.OFFSET_OUT_OF_RANGE, state)]
     old_prog = state.progress[event.replica_id]
+    if _repeats_caught_up_fetch(state, old_prog, event):
+        return state, [reply(ErrorCode.NONE, state)]
     prog = isr.update_progress(old_prog, event.fetch_offset, event.broker_epoch, state.log_end_offset, event.now_ms)
     new = evolve(state, progress={**state.progress, event.replica_id: prog})
     effects: list[Effect] = []
@@ -234,6 +238,33 @@ def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
             effects.append(ProposeIsr(proposed, proposed.partition_epoch))
     new, more = _settle(state, new, event.now_ms)
     return new, effects + more + [reply(ErrorCode.NONE, new)]
+
+
+# An ISR member that keeps asking at the leader's unchanged log end is answered without a new
+# state for up to this long (capped at a tenth of replica.lag.time.max.ms).
+REPEATED_FETCH_REFRESH_MS_MAX = 500
+
+
+def _repeats_caught_up_fetch(state: PartitionState, prog, event: FollowerFetch) -> bool:
+    """Whether this fetch only repeats one already stepped: an ISR member, same incarnation, asking again
+    at the leader's log end, which has not moved since that fetch, which was itself caught up.
+
+    Stepping it would only move the follower's fetch and caught-up times forward: its LEO, the HW,
+    the ISR and the waiting produces stay as they are. A follower fetches every partition it follows
+    on this leader each time it fetches any, so on a broker with many idle partitions these repeats
+    were most of the leader's core steps (py-spy: ~40% of a leader's busy time with 30 idle RF=3
+    partitions). They are answered from the state as it is, and stepped again once the recorded fetch
+    is ``refresh`` old, so the follower's caught-up time lags by at most that: a tenth of the ISR lag
+    bound, never enough to take a follower that keeps up out of the ISR.
+    """
+    refresh_ms = min(REPEATED_FETCH_REFRESH_MS_MAX, state.config.replica_lag_time_max_ms // 10)
+    # The leader's LEO cannot have moved since that fetch: a follower's LEO never passes the leader LEO
+    # it fetched under, and a leader's LEO only grows within its epoch (the progress resets with it).
+    return (event.fetch_offset == state.log_end_offset == prog.log_end_offset
+            and prog.last_caught_up_ms == prog.last_fetch_ms
+            and event.now_ms - prog.last_fetch_ms < refresh_ms
+            and event.broker_epoch == prog.broker_epoch
+            and event.replica_id in state.isr and state.pending_isr is None)
 
 
 def _on_log_start_advanced(state: PartitionState, event: LogStartAdvanced):

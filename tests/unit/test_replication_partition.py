@@ -313,3 +313,89 @@ def test_evolve_builds_what_dataclasses_replace_builds():
     with pytest.raises(ValueError):
         evolve(Checked(1), amount=-1)
 
+
+# ---- repeated caught-up fetches (answered without a new state)
+
+def caught_up_leader(lag_ms=10_000):
+    """Leader with 2 records, both followers caught up and in the ISR at t=1000."""
+    s = leader(lag_ms=lag_ms)
+    s, _ = produce(s, -1, n=2)
+    s, _ = fetch(s, 2, 2, now=1000)
+    s, _ = fetch(s, 3, 2, now=1000)
+    assert s.high_watermark == 2 and s.isr == {1, 2, 3}
+    return s
+
+
+def full_step(s, replica, offset, now, **kw):
+    """The same fetch with the shortcut turned off: what stepping it in full would do."""
+    real = P._repeats_caught_up_fetch
+    P._repeats_caught_up_fetch = lambda *args: False
+    try:
+        return fetch(s, replica, offset, now=now, **kw)
+    finally:
+        P._repeats_caught_up_fetch = real
+
+
+def test_repeated_caught_up_fetch_keeps_the_state_and_answers_as_a_full_step_would():
+    s = caught_up_leader()
+    repeated, eff = fetch(s, 2, 2, now=1200)
+    assert repeated is s and len(eff) == 1
+    stepped, full_eff = full_step(s, 2, 2, now=1200)
+    assert eff == full_eff  # the same ReplyFetch: HW, LEO, log start, epoch
+    # A full step would only have moved the follower's fetch times on.
+    assert stepped.progress[2].log_end_offset == s.progress[2].log_end_offset
+    assert (stepped.high_watermark, stepped.isr, stepped.pending_produces) == (s.high_watermark, s.isr, ())
+    assert stepped.progress[2].last_fetch_ms == 1200 and s.progress[2].last_fetch_ms == 1000
+
+
+def test_repeated_fetch_is_stepped_again_after_the_refresh_so_the_isr_never_lags():
+    s = caught_up_leader(lag_ms=10_000)  # refresh: min(500, 10_000 / 10)
+    s, _ = fetch(s, 2, 2, now=1499)
+    assert s.progress[2].last_fetch_ms == 1000
+    s, _ = fetch(s, 2, 2, now=1500)
+    assert s.progress[2].last_fetch_ms == 1500 and s.progress[2].last_caught_up_ms == 1500
+    # Caught-up times lag at most the refresh: a follower that keeps fetching stays in the ISR.
+    for now in range(1500, 40_000, 100):
+        s, _ = fetch(s, 2, 2, now=now)
+        s, _ = fetch(s, 3, 2, now=now)
+        s, eff = P.step(s, P.Tick(now))
+        assert not of(eff, P.ProposeIsr), now
+    assert s.progress[2].last_caught_up_ms >= 40_000 - 100 - 500
+
+
+def test_refresh_is_a_tenth_of_the_lag_bound_when_that_is_shorter():
+    s = caught_up_leader(lag_ms=1_000)
+    assert fetch(s, 2, 2, now=1099)[0] is s
+    assert fetch(s, 2, 2, now=1100)[0].progress[2].last_fetch_ms == 1100
+
+
+@pytest.mark.parametrize("case", ["leader_log_moved", "behind", "other_incarnation", "not_in_isr",
+                                  "isr_write_in_flight", "new_leader_epoch", "last_fetch_not_caught_up"])
+def test_fetches_that_may_change_something_are_always_stepped(case):
+    s = caught_up_leader()
+    offset, kw = 2, {}
+    if case == "leader_log_moved":
+        s, _ = produce(s, -1, now=1100, rid=2)
+        offset = 3  # catching up to the new log end: the HW and the produce move
+    elif case == "behind":
+        offset = 1
+    elif case == "other_incarnation":
+        kw = {"broker_epoch": 11}  # restarted: may have lost an unflushed tail; leaves the ISR
+    elif case == "not_in_isr":
+        s = P.step(s, P.IsrUpdateAccepted(LeaderAndIsr(1, 1, (1, 3), (), 6), 1100))[0]
+        assert s.isr == {1, 3}  # a caught-up non-member's fetch proposes it joins
+    elif case == "isr_write_in_flight":
+        s = fetch(s, 3, 2, now=1100, broker_epoch=11)[0]  # 3 restarted: its removal is being written
+        assert s.pending_isr is not None and 2 in s.isr
+    elif case == "new_leader_epoch":
+        s = P.step(s, P.BecomeLeader(LeaderAndIsr(1, 2, (1, 2, 3), (), 6), REPLICAS, (), 1100))[0]
+        kw = {"epoch": 2}
+    elif case == "last_fetch_not_caught_up":
+        s, _ = produce(s, -1, now=1050, rid=2)
+        s, _ = fetch(s, 2, 3, now=1100)
+        s, _ = fetch(s, 2, 2, now=1150)  # an older fetch, delivered late: not caught up, LEO stays 3
+        assert s.progress[2].last_caught_up_ms == 1100 and s.progress[2].log_end_offset == 3
+        offset = 3
+    got = fetch(s, 2, offset, now=1200, **kw)
+    assert got == full_step(s, 2, offset, 1200, **kw)
+    assert got[0] is not s and got[0].progress[2].last_fetch_ms == 1200
