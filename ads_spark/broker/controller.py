@@ -141,9 +141,11 @@ class Controller(ReassignmentRuntime):
         # A new controller treats every ISR member or leader that is not registered as failed
         # (it may have died while no controller was watching): one batched pass, as on a broker loss.
         named = {b for view in self.states.values() for b in (*view.state.isr, view.state.leader) if b >= 0}
-        self._apply_decisions(election.on_brokers_changed(
-            self.states.values(), frozenset(self.live), frozenset(named - set(self.live)),
-            unclean_restarted=frozenset(), controller_epoch=self.epoch))
+        # So are live brokers whose unclean start no controller has applied yet (one may have died first).
+        unclean = self._unapplied_unclean_starts(set(self.live))
+        self._apply_unclean_aware(election.on_brokers_changed(
+            self.states.values(), frozenset(self.live), frozenset(named - set(self.live)) | frozenset(unclean),
+            unclean_restarted=frozenset(unclean), controller_epoch=self.epoch), unclean)
         self._push_all()
         self._on_reassignment()  # resume one that a previous controller left running
 
@@ -193,11 +195,11 @@ class Controller(ReassignmentRuntime):
             self._close_channels(gone)
         # Back after an unclean shutdown (KIP-966): it may have lost its unflushed tail, so it leaves
         # every ELR too and leads again only after rejoining the ISR.
-        unclean = {b for b in arrived if not self.live[b].get("clean_shutdown", True)}
+        unclean = self._unapplied_unclean_starts(arrived)
         decisions = election.on_brokers_changed(self.states.values(), frozenset(self.live),
-                                                frozenset(gone | unclean), unclean_restarted=frozenset(unclean),
+                                                frozenset(gone | set(unclean)), unclean_restarted=frozenset(unclean),
                                                 controller_epoch=self.epoch)
-        self._apply_decisions(decisions)
+        self._apply_unclean_aware(decisions, unclean)
         self._push_metadata_everywhere()
         if arrived:
             log.info("controller: brokers arrived %s", sorted(arrived))
@@ -260,6 +262,38 @@ class Controller(ReassignmentRuntime):
 
     # ---- decisions ---------------------------------------------------------------------
 
+    def _unapplied_unclean_starts(self, brokers: set) -> dict[int, str | None]:
+        """Of ``brokers``, those registered after an unclean start that no controller has applied yet:
+        broker id -> its process incarnation.
+
+        A registration says whether its process started after an unclean shutdown, and keeps saying it
+        when the process registers again after its ZooKeeper session expired. Taking that re-registration
+        for a new unclean start took the broker out of every ELR again although it had lost nothing: a
+        network partition that expired the sessions of every ISR member left the partition offline for
+        good (``ads chaos run --scenario partition-random --seed 29``). The incarnation whose unclean
+        start was applied is kept in ZooKeeper, so this holds across controller fail-overs.
+        """
+        unclean = {}
+        for broker_id in sorted(brokers):
+            info = self.live.get(broker_id, {})
+            if info.get("clean_shutdown", True):
+                continue
+            incarnation = info.get("incarnation")
+            if incarnation is None or self.zk.unclean_applied(broker_id) != incarnation:
+                unclean[broker_id] = incarnation
+        return unclean
+
+    def _apply_unclean_aware(self, decisions: list[Decision], unclean: dict[int, str | None]) -> None:
+        """Apply ``decisions``; record each unclean start as applied once every partition it named the
+        broker in (ISR or ELR) took its decision (one lost to a race is retried at the next registration)."""
+        named_in = {broker_id: {key for key, view in self.states.items()
+                                if broker_id in view.state.isr or broker_id in view.state.elr}
+                    for broker_id in unclean}
+        written = self._apply_decisions(decisions)
+        for broker_id, incarnation in unclean.items():
+            if incarnation is not None and named_in[broker_id] <= written:
+                self.zk.record_unclean_applied(broker_id, incarnation)
+
     def _elect_offline(self, keys: set) -> None:
         """Elect a leader for every partition in ``keys`` whose leader is not alive (pure decision)."""
         live = frozenset(self.live)
@@ -274,10 +308,11 @@ class Controller(ReassignmentRuntime):
             decisions.append(decision)
         self._apply_decisions(decisions)
 
-    def _apply_decisions(self, decisions: list[Decision]) -> None:
-        """Write every decision in fenced batches, keep the ones ZooKeeper accepted, push them once."""
+    def _apply_decisions(self, decisions: list[Decision]) -> set:
+        """Write every decision in fenced batches, keep the ones ZooKeeper accepted, push them once;
+        returns the keys of those accepted."""
         if not decisions:
-            return
+            return set()
         started = time.monotonic()
         changes = [(d.topic, d.partition, {"leader": d.new_state.leader, "leader_epoch": d.new_state.leader_epoch,
                                            "isr": list(d.new_state.isr), "elr": list(d.new_state.elr)},
@@ -303,6 +338,7 @@ class Controller(ReassignmentRuntime):
         # Kafka's LeaderElectionRateAndTimeMs, as a sum: one batched pass (writes and pushes) however many
         # partitions it decided; with ads_leader_elections_total it gives the time per partition.
         self.election_seconds += time.monotonic() - started
+        return changed
 
     # ---- pushing to brokers -------------------------------------------------------------
 

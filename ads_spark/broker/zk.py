@@ -20,6 +20,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -28,7 +29,7 @@ from ads_spark.broker.zk_model import (
     CLUSTER_ID_PATH, CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, PREFERRED_REPLICA_ELECTION_PATH,
     PRODUCER_ID_BLOCK_PATH, REASSIGN_PARTITIONS_PATH, BROKER_IDS_PATH, ControllerEpoch, PartitionStateZnode,
     ProducerIdBlock, StaleVersion, VersionedPartitionState, ZooKeeperUnavailable, broker_path, decode_json,
-    encode_json,
+    encode_json, unclean_applied_path,
 )
 from ads_spark.broker.zk_session import DEFAULT_CHROOT, MultiOpFailed, ZkSession
 from ads_spark.broker.zk_topics import ZkTopics
@@ -83,8 +84,10 @@ class ZkClient(ZkTopics, ZkSession):
         With ``on_reregistered``, a new session (after the old one expired)
         registers again and reports the new, larger epoch to it.
         """
+        # ``incarnation`` names this process: a registration after an expired session carries the same
+        # one, so a controller can tell it from a restart (which may have lost an unflushed tail).
         info = {"host": host, "port": int(port), "rack": rack, "metrics_port": metrics_port,
-                "clean_shutdown": bool(clean_shutdown)}
+                "clean_shutdown": bool(clean_shutdown), "incarnation": uuid.uuid4().hex}
         wait_s = self.session_timeout_ms / 1000.0 + 1.0 if stale_wait_s is None else stale_wait_s
         epoch = self._create_registration(int(broker_id), info, wait_s)
         self._registration = {"broker_id": int(broker_id), "info": info, "callback": on_reregistered}
@@ -148,7 +151,8 @@ class ZkClient(ZkTopics, ZkSession):
             self._reregister_lock.release()
 
     def live_brokers(self) -> dict[int, dict[str, Any]]:
-        """Registered brokers: id -> {"host", "port", "rack", "metrics_port", "broker_epoch"}."""
+        """Registered brokers: id -> {"host", "port", "rack", "metrics_port", "clean_shutdown", "incarnation",
+        "broker_epoch"}."""
         ids = [int(child) for child in self._children(BROKER_IDS_PATH)]
         found = self._read_many([broker_path(b) for b in ids])
         brokers = {}
@@ -159,6 +163,21 @@ class ZkClient(ZkTopics, ZkSession):
             value["broker_epoch"] = item[1].czxid
             brokers[broker_id] = value
         return dict(sorted(brokers.items()))
+
+    def unclean_applied(self, broker_id: int) -> str | None:
+        """The incarnation of ``broker_id`` whose unclean start a controller has applied, if any."""
+        found = self._read(unclean_applied_path(broker_id))
+        return None if found is None else (decode_json(found[0]) or {}).get("incarnation")
+
+    def record_unclean_applied(self, broker_id: int, incarnation: str) -> None:
+        path, data = unclean_applied_path(broker_id), encode_json({"incarnation": incarnation})
+        try:
+            self._wait(self.client.set_async(path, data), f"writing {path}")
+        except NoNodeError:
+            try:
+                self._wait(self.client.create_async(path, data), f"creating {path}")
+            except NodeExistsError:  # another controller created it meanwhile
+                self._wait(self.client.set_async(path, data), f"writing {path}")
 
     def broker_epoch(self, broker_id: int) -> int | None:
         found = self._read(broker_path(broker_id))

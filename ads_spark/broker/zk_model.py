@@ -19,6 +19,9 @@ CLUSTER_ID_PATH = "/cluster/id"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 BROKER_IDS_PATH = "/brokers/ids"
+# Per broker id, the process incarnation whose unclean start a controller has applied (KIP-966: out of
+# every ISR and ELR). A later registration of that same process (its session expired) lost nothing.
+UNCLEAN_APPLIED_PATH = "/brokers/unclean_applied"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_CHANGES_PATH = "/config/changes"
@@ -32,7 +35,7 @@ PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 
 # Created (empty, or with the initial value) when a client first connects.
 BASE_PATHS = (
-    "/cluster", BROKER_IDS_PATH, TOPICS_PATH, CONFIG_TOPICS_PATH, CONFIG_CHANGES_PATH,
+    "/cluster", BROKER_IDS_PATH, UNCLEAN_APPLIED_PATH, TOPICS_PATH, CONFIG_TOPICS_PATH, CONFIG_CHANGES_PATH,
     DELETE_TOPICS_PATH, ISR_CHANGE_PATH,
 )
 
@@ -59,6 +62,10 @@ def validate_topic_name(topic: str) -> None:
 
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS_PATH}/{int(broker_id)}"
+
+
+def unclean_applied_path(broker_id: int) -> str:
+    return f"{UNCLEAN_APPLIED_PATH}/{int(broker_id)}"
 
 
 def topic_path(topic: str) -> str:

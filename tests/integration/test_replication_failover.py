@@ -279,6 +279,43 @@ def test_last_replica_standing_loses_nothing_kip966(fresh_cluster, topic_name):
     admin.close()
 
 
+def test_isr_members_back_from_expired_sessions_lead_again(fresh_cluster, topic_name):
+    """Every ISR member pauses past its ZooKeeper session (a network partition would do the same): the
+    partition goes offline, its members kept as eligible leaders. When the same processes return, having
+    lost nothing, one of them leads again with every acknowledged record. A broker that first started on
+    an empty log directory registers as an unclean start; each registration after an expired session was
+    taken for a new unclean start, which dropped it from the ELR for good and left the partition offline
+    (found by ``ads chaos run --scenario partition-random --seed 29``)."""
+    import os
+    import signal
+
+    cluster = fresh_cluster(3)  # zookeeper.session.timeout.ms=6000
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 2000})
+    controller = wait_until(lambda: (lambda c: c if c is not None and c >= 0 else None)(
+        admin.cluster().get("controller_id")), what="a controller")
+    members = [b for b in (1, 2, 3) if b != controller]
+    admin.create_topic(topic_name, config={"min.insync.replicas": "2"}, replica_assignment=[members])
+    wait_until(lambda: len(leader_of(admin, topic_name)[1]) == 2, what="a full ISR")
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        acked = [producer.produce(topic_name, value=b"s%d" % i, partition=0) for i in range(200)]
+    assert all(f.exception() is None for f in acked)
+    pids = [cluster.broker_pid(b) for b in members]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        offline = wait_until(lambda: (lambda p: p if p.leader < 0 else None)(
+            admin.describe_topics([topic_name])[0].partitions[0]), timeout_s=30, what="the partition offline")
+        assert sorted(offline.elr) == members, f"both members should stay eligible, ELR is {offline.elr}"
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: leader_of(admin, topic_name)[0] in members, timeout_s=40,
+                      what="a member back from an expired session to lead")
+    values = set(read_all(cluster.bootstrap_servers, topic_name))
+    assert [v for v in (b"s%d" % i for i in range(200)) if v not in values] == []
+    admin.close()
+
+
 def test_offline_partition_comes_back_with_its_last_isr_member(fresh_cluster, topic_name):
     """Unclean election off: when the last ISR member stops the partition is offline (not led by the stale
     replica), and it is led again, with every acknowledged record, when that member returns from a clean
