@@ -263,35 +263,19 @@ class Controller(ReassignmentRuntime):
     # ---- decisions ---------------------------------------------------------------------
 
     def _unapplied_unclean_starts(self, brokers: set) -> dict[int, str | None]:
-        """Of ``brokers``, those registered after an unclean start that no controller has applied yet:
-        broker id -> its process incarnation.
-
-        A registration says whether its process started after an unclean shutdown, and keeps saying it
-        when the process registers again after its ZooKeeper session expired. Taking that re-registration
-        for a new unclean start took the broker out of every ELR again although it had lost nothing: a
-        network partition that expired the sessions of every ISR member left the partition offline for
-        good (``ads chaos run --scenario partition-random --seed 29``). The incarnation whose unclean
-        start was applied is kept in ZooKeeper, so this holds across controller fail-overs.
-        """
-        unclean = {}
-        for broker_id in sorted(brokers):
-            info = self.live.get(broker_id, {})
-            if info.get("clean_shutdown", True):
-                continue
-            incarnation = info.get("incarnation")
-            if incarnation is None or self.zk.unclean_applied(broker_id) != incarnation:
-                unclean[broker_id] = incarnation
-        return unclean
+        """Of ``brokers``, those whose unclean start no controller has applied (``election``); the
+        applied incarnations live in ZooKeeper, so this holds across controller fail-overs."""
+        unclean_registered = {b: self.live[b] for b in brokers
+                              if b in self.live and not self.live[b].get("clean_shutdown", True)}
+        applied = {b: self.zk.unclean_applied(b) for b in unclean_registered}
+        return election.unclean_starts_to_apply(unclean_registered, applied)
 
     def _apply_unclean_aware(self, decisions: list[Decision], unclean: dict[int, str | None]) -> None:
-        """Apply ``decisions``; record each unclean start as applied once every partition it named the
-        broker in (ISR or ELR) took its decision (one lost to a race is retried at the next registration)."""
-        named_in = {broker_id: {key for key, view in self.states.items()
-                                if broker_id in view.state.isr or broker_id in view.state.elr}
-                    for broker_id in unclean}
+        """Apply ``decisions``, then record each unclean start whose decisions were all written."""
+        views = list(self.states.values())  # before: the partitions that named each broker
         written = self._apply_decisions(decisions)
         for broker_id, incarnation in unclean.items():
-            if incarnation is not None and named_in[broker_id] <= written:
+            if incarnation is not None and election.unclean_start_recorded(broker_id, views, written):
                 self.zk.record_unclean_applied(broker_id, incarnation)
 
     def _elect_offline(self, keys: set) -> None:

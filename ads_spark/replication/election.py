@@ -158,6 +158,29 @@ def on_brokers_changed(views: Iterable[PartitionView], live: frozenset[int], fai
     return decisions
 
 
+def unclean_starts_to_apply(registrations: dict[int, dict], applied: dict[int, str | None]) -> dict[int, str | None]:
+    """Of the registered brokers, those whose unclean start (KIP-966) no controller has applied yet:
+    broker id -> the incarnation (the process) that started so.
+
+    ``registrations``: broker id -> its registration ({"clean_shutdown", "incarnation"}); ``applied``:
+    broker id -> the incarnation whose unclean start a controller recorded as applied. A process keeps its
+    start's flag in every registration, including those after an expired session, which lost nothing:
+    applying it again each time dropped the broker from every ELR at each new session, and a partition
+    whose ISR members all had their sessions expired stayed offline for good. A registration without an
+    incarnation is taken as unclean each time (the safe reading).
+    """
+    return {broker_id: info.get("incarnation") for broker_id, info in sorted(registrations.items())
+            if not info.get("clean_shutdown", True)
+            and (info.get("incarnation") is None or applied.get(broker_id) != info.get("incarnation"))}
+
+
+def unclean_start_recorded(broker_id: int, views: Iterable[PartitionView], written: set) -> bool:
+    """Whether the unclean start of ``broker_id`` may be recorded as applied: every partition naming it in
+    its ISR or ELR took the decision written for it (``written``: keys; one lost to a race is not)."""
+    return all((view.topic, view.partition) in written for view in views
+               if broker_id in view.state.isr or broker_id in view.state.elr)
+
+
 def preferred_leader_election(view: PartitionView, live: frozenset[int],
                               controller_epoch: int) -> Decision | ErrorCode:
     """Move leadership to the preferred replica, only if it is live and in the ISR."""

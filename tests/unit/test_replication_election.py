@@ -87,3 +87,37 @@ def test_unclean_restart_is_skipped_while_a_clean_candidate_exists_but_not_when_
     d, = E.on_brokers_changed([view(leader=-1, isr=(), elr=(1,), replicas=(1,), min_isr=1)], frozenset({1}),
                               frozenset({1}), frozenset({1}), controller_epoch=7)
     assert d.new_state.leader == 1
+
+
+def test_an_unclean_start_is_applied_once_per_process_not_at_every_new_session():
+    """A process keeps its start's clean_shutdown flag in every registration, including those after an
+    expired session; only the first of a given incarnation is an unclean start still to apply."""
+    registered = {1: {"clean_shutdown": False, "incarnation": "a"}, 2: {"clean_shutdown": True, "incarnation": "b"},
+                  3: {"clean_shutdown": False, "incarnation": "c"}, 4: {"clean_shutdown": False}}
+    assert E.unclean_starts_to_apply(registered, {}) == {1: "a", 3: "c", 4: None}
+    # 1's start was applied; 3 restarted (a new process) after its old one's start was applied.
+    assert E.unclean_starts_to_apply(registered, {1: "a", 3: "old"}) == {3: "c", 4: None}
+    # Without an incarnation there is no telling a new session from a restart: unclean every time.
+    assert E.unclean_starts_to_apply(registered, {1: "a", 3: "c", 4: None}) == {4: None}
+
+
+def test_the_offline_partition_of_returning_isr_members_is_led_again_once_their_starts_were_applied():
+    """The chaos case: both ISR members' sessions expired; back as the same processes, whose unclean starts
+    a controller had applied, they are ordinary returns and the ELR member leads."""
+    offline = view(leader=NO_LEADER, isr=(), elr=(1, 2), replicas=(1, 2))
+    registered = {1: {"clean_shutdown": False, "incarnation": "a"}, 2: {"clean_shutdown": False, "incarnation": "b"}}
+    unclean = E.unclean_starts_to_apply(registered, {1: "a", 2: "b"})
+    [d] = E.on_brokers_changed([offline], frozenset({1, 2}), frozenset(unclean),
+                               unclean_restarted=frozenset(unclean), controller_epoch=7)
+    assert d.new_state.leader == 1 and d.new_state.isr == (1,)
+    # Had each return been taken for a new unclean start (the old behaviour), it would stay offline.
+    unclean = E.unclean_starts_to_apply(registered, {})
+    assert E.on_brokers_changed([offline], frozenset({1, 2}), frozenset(unclean),
+                                unclean_restarted=frozenset(unclean), controller_epoch=7)[0].new_state.leader == NO_LEADER
+
+
+def test_an_unclean_start_is_recorded_only_when_every_partition_naming_the_broker_took_its_decision():
+    views = [view(p=0, isr=(1, 2)), view(p=1, isr=(2, 3), elr=(1,)), view(p=2, isr=(2, 3))]
+    assert E.unclean_start_recorded(1, views, {("t", 0), ("t", 1)})
+    assert not E.unclean_start_recorded(1, views, {("t", 0)})  # p1's ELR write lost a race: apply again later
+    assert E.unclean_start_recorded(4, views, set())  # named nowhere: nothing to wait for
