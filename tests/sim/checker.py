@@ -11,8 +11,10 @@ What is checked, precisely ("replica" = one broker's copy of one partition;
    that had an (also reported) unclean election;
 4. HW <= LEO of every ISR member: for the current leader L (ZooKeeper's leader,
    in its epoch), every member m of L's committed ISR that is alive, follows L
-   in the same epoch and is the same incarnation L last heard from, has
-   LEO(m) >= HW(L);
+   in the same epoch, is the same incarnation L last heard from and is not
+   being removed by L's ISR write in flight, has LEO(m) >= HW(L) (seed 801232:
+   a follower back from a crash that lost part of L's committed records, heard
+   from while L, cut from ZooKeeper, still retried the write removing it);
 5. committed history: the first replica whose HW passes offset o fixes the
    committed record at o; every replica's records below its own HW must be the
    same record (so replica logs are identical below the HW, and what any
@@ -154,8 +156,9 @@ class Checker:
             b = self.cluster.brokers[m]
             s = b.states[p]
             prog = leader.progress.get(m)
+            removing = leader.pending_isr is not None and m not in leader.pending_isr.proposed.isr
             if (b.alive and prog is not None and b.broker_epoch == prog.broker_epoch and s.role is Role.FOLLOWER
-                    and s.leader_epoch == leader.leader_epoch):
+                    and s.leader_epoch == leader.leader_epoch and not removing):
                 yield m, b.disks[p]
 
     def after_step(self) -> None:

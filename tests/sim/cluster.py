@@ -43,7 +43,7 @@ class SimBroker:
         self.id = broker_id
         self.alive = True
         self.incarnation = 0  # bumps at each restart; the network drops messages for older ones
-        self.crashed_since_registration = False
+        self.started_clean = True  # this process's start; its every registration says so (as brokers do)
         self.session: int | None = None
         self.broker_epoch = -1  # from the registration znode; -1 until registered
         self.controller_epoch_seen = 0
@@ -73,7 +73,7 @@ class SimBroker:
             self.c.checker.on_data_removed(self, p, disk.end_offset, cause="crash")
         self.session = None
         self.broker_epoch = -1
-        self.crashed_since_registration = True
+        self.started_clean = False  # the next process starts after an unclean shutdown
 
     def restart(self) -> None:
         self.alive = True
@@ -93,10 +93,9 @@ class SimBroker:
             self.session = zk.open_session(self.id, now)
             self.broker_epoch = -1
         if self.broker_epoch < 0 or self.id not in zk.brokers or zk.brokers[self.id].session != self.session:
-            epoch = zk.register(self.id, self.session, clean=not self.crashed_since_registration)
+            epoch = zk.register(self.id, self.session, clean=self.started_clean, incarnation=self.incarnation)
             if epoch is not None:
                 self.broker_epoch = epoch
-                self.crashed_since_registration = False
             else:
                 self.broker_epoch = -1
 
@@ -224,9 +223,12 @@ class SimController:
         live = frozenset(zk.brokers)
         all_brokers = frozenset(self.c.brokers)
         bounced = frozenset(b for b, r in zk.brokers.items() if zk.handled.get(b) != r.broker_epoch)
-        unclean = frozenset(b for b in bounced if not zk.brokers[b].clean)
+        unclean = election.unclean_starts_to_apply(
+            {b: {"clean_shutdown": zk.brokers[b].clean, "incarnation": zk.brokers[b].incarnation} for b in bounced},
+            zk.unclean_applied)
         failed = (all_brokers - live) | bounced
-        decisions = election.on_brokers_changed(self.views(), live, failed, unclean, self.epoch)
+        views = self.views()
+        decisions = election.on_brokers_changed(views, live, failed, frozenset(unclean), self.epoch)
         changed = set()
         for d in decisions:
             if not zk.cond_write(d.partition, d.new_state, d.expected_partition_epoch, self.epoch):
@@ -235,6 +237,9 @@ class SimController:
             changed.add(d.partition)
         for b in bounced:
             zk.handled[b] = zk.brokers[b].broker_epoch
+        for b, incarnation in unclean.items():
+            if election.unclean_start_recorded(b, views, {("t", p) for p in changed}):
+                zk.unclean_applied[b] = incarnation
         if now - self.last_resend_ms >= METADATA_RESEND_MS:  # bounded re-push: lossy network
             self.last_resend_ms = now
             self.push(sorted(zk.partitions))

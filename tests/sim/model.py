@@ -8,7 +8,11 @@ Everything a real cluster has that can fail is modelled, small and bounded:
   registrations with a broker epoch (a czxid-like counter), sessions that expire
   ``session_timeout_ms`` after the last heartbeat, the /controller election and
   controller epoch, and a persistent note of which registration the controller
-  has already handled (so bounce handling survives controller failover).
+  has already handled (so bounce handling survives controller failover). As a
+  broker does, every registration of a process says whether it started after a
+  crash, and names it (incarnation); a persistent note records whose unclean
+  start a controller applied (``election.unclean_starts_to_apply``), so a
+  process's later registrations (expired sessions) are ordinary returns.
 * ``DiskLog``: a replica's batches; a crash keeps only the flushed prefix.
 * ``SimBroker``: one ``PartitionState`` per partition driven only by
   ``partition.step``; it executes the effects (disk, ZooKeeper writes, replies).
@@ -128,7 +132,8 @@ class SimNet:
 class Registration:
     broker_epoch: int
     session: int
-    clean: bool  # False when the broker came back from a crash (unclean shutdown)
+    clean: bool  # False in every registration of a process that started after a crash (unclean shutdown)
+    incarnation: int  # the process; a registration after an expired session keeps it
 
 
 class SimZk:
@@ -138,6 +143,8 @@ class SimZk:
         self.sessions: dict[int, tuple[int, int]] = {}  # session -> (broker, last heartbeat ms)
         self.brokers: dict[int, Registration] = {}  # /brokers/ids ephemeral
         self.handled: dict[int, int] = {}  # persistent: broker -> registration epoch the controller processed
+        # persistent: broker -> the incarnation whose unclean start a controller applied (KIP-966, once)
+        self.unclean_applied: dict[int, int] = {}
         self.controller: tuple[int, int] | None = None  # (broker, session), ephemeral
         self.controller_epoch = 0
         self.partitions: dict[int, LeaderAndIsr] = {}
@@ -161,11 +168,11 @@ class SimZk:
         if self.controller and self.controller[1] not in self.sessions:
             self.controller = None
 
-    def register(self, broker: int, sid: int, clean: bool) -> int | None:
+    def register(self, broker: int, sid: int, clean: bool, incarnation: int) -> int | None:
         if broker in self.brokers or sid not in self.sessions:
             return None  # the old ephemeral has not expired yet
         epoch = next(self.czxid)
-        self.brokers[broker] = Registration(epoch, sid, clean)
+        self.brokers[broker] = Registration(epoch, sid, clean, incarnation)
         return epoch
 
     def cond_write(self, p: int, new: LeaderAndIsr, expected: int, controller_epoch: int | None = None) -> bool:
