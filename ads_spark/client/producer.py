@@ -10,8 +10,8 @@ batches per partition) and completes each batch's futures when its response
 arrives. Batches queued behind a full window leave together, up to
 ``max.request.size`` bytes per request (``producer_batch.py``: the brokers' cost
 is mostly per request). Retriable errors refresh metadata and resend the same
-batch, bounded by ``delivery.timeout.ms``; a batch retried is put back at the
-head of its partition's queue so order is kept.
+batch, bounded by ``delivery.timeout.ms``; a batch retried is put back at its
+place in call order on its partition's queue (``producer_batch.put_back``).
 
 Idempotence: batches are numbered per partition. When a batch fails for good
 (its delivery timeout passed, or a non-retriable error), its sequence numbers
@@ -41,7 +41,7 @@ import pyarrow as pa
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
 from ads_spark.client.delivery import BatchOutcome, DeliveryFuture, RecordMetadata
-from ads_spark.client.producer_batch import ProducerBatch, take_coalesced
+from ads_spark.client.producer_batch import ProducerBatch, put_back, take_coalesced
 from ads_spark.client.producer_channel import BrokerChannel
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
@@ -135,6 +135,7 @@ class Producer:
         self._sticky: dict[str, int] = {}
         self._sticky_bytes: dict[str, int] = {}  # produced to the topic's sticky partition since it was chosen
         self._round_robin = itertools.count()
+        self._queue_order = itertools.count()  # ProducerBatch.queue_order
         self._closed = False
         self._sender = threading.Thread(target=self._run_sender, name="ads-producer-sender", daemon=True)
         self._sender.start()
@@ -296,6 +297,7 @@ class Producer:
 
     def _enqueue_locked(self, item: ProducerBatch) -> None:
         key = (item.topic, item.partition)
+        item.queue_order = next(self._queue_order)
         if self.idempotent:
             item.base_sequence = self._next_sequence.get(key, 0)
             self._next_sequence[key] = item.base_sequence + item.record_count
@@ -417,7 +419,7 @@ class Producer:
                 item.last_error = error
                 self._connections.mark_stale()
                 item.retry_not_before_ms = now_ms() + min(1000, self.retry_backoff_ms * item.attempts)
-                self._ready.setdefault(key, deque()).appendleft(item)
+                put_back(self._ready.setdefault(key, deque()), item)
             else:
                 if error is not None and not isinstance(error, AdsError):
                     error = wire.to_ads_error(error)
@@ -426,12 +428,12 @@ class Producer:
 
     def _split_refused_locked(self, item: ProducerBatch) -> None:
         """A coalesced request the topic refused as too large (its ``max.message.bytes`` is below
-        ``max.request.size``): its parts go back to the head of the queue, each to be sent on its own,
-        so the outcome is what it would have been without coalescing."""
+        ``max.request.size``): its parts go back to their places in the queue, each to be sent on its
+        own, so the outcome is what it would have been without coalescing."""
         queue = self._ready.setdefault((item.topic, item.partition), deque())
-        for part in reversed(item.parts):
+        for part in item.parts:
             part.solo = True
-            queue.appendleft(part)
+            put_back(queue, part)
 
     def _may_retry(self, error: AdsError) -> bool:
         # An idempotent batch refused as out of order waits for an earlier batch's retry to land

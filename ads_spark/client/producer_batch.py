@@ -13,6 +13,14 @@ A coalesced request keeps each part's future: the broker answers with one base
 offset and the parts' offsets follow from their record counts. Only batches
 never sent before are coalesced: a batch that went out once may already be in
 the log under its own sequence numbers, so a retry must resend it as it was.
+
+A batch put back on its queue (a retry, or a part of a refused coalesced
+request) goes back to its place in call order (``put_back``), not to the head:
+several requests of a partition are in flight at once and their answers come
+back one by one, so putting each at the head would reverse them. An
+idempotent partition's queue out of sequence order stalls: the broker takes
+only the next sequence, the window fills with later batches refused as out of
+order, and the batch it waits for sits behind them until the delivery timeout.
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ class ProducerBatch:
     solo: bool = False  # sent on its own: it was part of a coalesced request the topic refused as too large
     # A coalesced request: the queued batches it carries, in offset order (sequences contiguous).
     parts: list[ProducerBatch] | None = None
+    # Its place in its partition's call order (a coalesced request: its first part's). Invariant: a
+    # partition's queue is in ascending queue_order, so call order (and sequence order) is send order.
+    queue_order: int = 0
 
     def materialize(self) -> pa.RecordBatch:
         """The batch to send; a coalesced request concatenates its parts once, on the sender thread."""
@@ -93,4 +104,11 @@ def take_coalesced(head: ProducerBatch, queue: deque[ProducerBatch], now_ms: int
         return head
     return ProducerBatch(head.topic, head.partition, record_count=records, created_ms=head.created_ms,
                          deadline_ms=min(part.deadline_ms for part in parts), base_sequence=head.base_sequence,
-                         size_bytes=size_bytes, parts=parts)
+                         size_bytes=size_bytes, parts=parts, queue_order=head.queue_order)
+
+
+def put_back(queue: deque[ProducerBatch], item: ProducerBatch) -> None:
+    """``item`` back on its partition's ``queue`` at its place in call order. Put-backs land near the head
+    (they were sent, so only batches queued after them are behind), so the scan is short."""
+    index = next((i for i, queued in enumerate(queue) if queued.queue_order > item.queue_order), len(queue))
+    queue.insert(index, item)

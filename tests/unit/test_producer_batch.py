@@ -9,7 +9,7 @@ from concurrent.futures import Future
 import pyarrow as pa
 import pytest
 
-from ads_spark.client.producer_batch import PARTS_PER_REQUEST_MAX, ProducerBatch, take_coalesced
+from ads_spark.client.producer_batch import PARTS_PER_REQUEST_MAX, ProducerBatch, put_back, take_coalesced
 from ads_spark.errors import NotEnoughReplicasError
 from ads_spark.records import conform_produce_batch
 
@@ -75,3 +75,15 @@ def test_batches_without_idempotence_coalesce_without_sequences():
     parts = [queued(2), queued(2)]
     request = take_coalesced(parts[0], deque(parts[1:]), NOW_MS, request_bytes_max=1 << 20)
     assert request.record_count == 4 and request.base_sequence == -1
+
+
+def test_batches_put_back_return_to_their_place_in_call_order():
+    """Answers to a partition's in-flight requests arrive one by one; each put back at the head would reverse
+    them (the bug behind a producer stalled until its delivery timeout)."""
+    sent = [queued(1, i, queue_order=i) for i in range(3)]
+    queue = deque([queued(1, 3, queue_order=3), queued(1, 4, queue_order=4)])
+    for item in sent:  # answered in the order sent
+        put_back(queue, item)
+    assert [item.queue_order for item in queue] == [0, 1, 2, 3, 4]
+    put_back(queue, queued(1, 9, queue_order=9))
+    assert [item.queue_order for item in queue] == [0, 1, 2, 3, 4, 9]

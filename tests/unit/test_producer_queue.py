@@ -1,0 +1,90 @@
+"""The producer's per-partition queue under answers that send batches back: a scripted leader, no sender thread.
+
+The sender thread is replaced by the test, which takes what the producer would send
+(``_take_sendable_locked``) and answers it as a leader would: the size check first (a coalesced request
+above the topic's ``max.message.bytes`` is RECORD_TOO_LARGE), then the idempotence check (only the next
+sequence is appended; any other is OUT_OF_ORDER_SEQUENCE_NUMBER). Found in
+``test_a_topic_refusing_the_coalesced_size_gets_the_batches_one_by_one``, which stalled now and then: five
+coalesced requests refused together were put back at the head one by one, in reverse, and the batch the
+leader waited for sat behind four it refused forever.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from ads_spark.client.producer import Producer
+from ads_spark.errors import ErrorCode, error_for
+from ads_spark.records import conform_produce_batch, now_ms
+
+BATCH_RECORDS = 4
+ROUNDS_MAX = 200  # each round answers every request in flight; the correct queue needs ~10
+
+
+class OnePartitionConnections:
+    """Metadata for topic ``t`` with one partition; nothing here touches a network."""
+
+    def partitions_for(self, topic):
+        return {0: SimpleNamespace(leader=1)}
+
+    def mark_stale(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class QueueOnlyProducer(Producer):
+    """A producer whose sender thread exits at once: the test moves its batches."""
+
+    def _run_sender(self):
+        return
+
+
+class ScriptedLeader:
+    def __init__(self, message_bytes_max: int):
+        self.message_bytes_max = message_bytes_max
+        self.next_sequence = 0
+        self.log_end_offset = 0
+        self.appended: list[bytes] = []
+
+    def answer(self, item) -> tuple[int | None, Exception | None]:
+        batch = item.materialize()
+        if batch.nbytes > self.message_bytes_max:
+            return None, error_for(ErrorCode.RECORD_TOO_LARGE, f"{batch.nbytes} > {self.message_bytes_max}")
+        if item.base_sequence != self.next_sequence:
+            return None, error_for(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                   f"expected {self.next_sequence}, got {item.base_sequence}")
+        base_offset = self.log_end_offset
+        self.next_sequence += batch.num_rows
+        self.log_end_offset += batch.num_rows
+        self.appended.extend(batch.column("value").to_pylist())
+        return base_offset, None
+
+
+def _batch(number: int) -> pa.RecordBatch:
+    return pa.record_batch({"value": pa.array([b"%03d-%d" % (number, r) for r in range(BATCH_RECORDS)])})
+
+
+def test_requests_refused_together_are_resent_in_call_order_and_all_delivered():
+    batches = [_batch(b) for b in range(12)]
+    one_batch_bytes = conform_produce_batch(batches[0]).nbytes  # as sent: with the produce schema's columns
+    producer = QueueOnlyProducer({"acks": "all", "retry.backoff.ms": 0, "max.request.size": 2 * one_batch_bytes + 64,
+                                  }, connections=OnePartitionConnections())
+    producer._producer_id, producer._producer_epoch = 7, 0
+    leader = ScriptedLeader(message_bytes_max=one_batch_bytes * 3 // 2)  # one batch fits, two do not
+    futures = [producer.produce_arrow("t", batch, partition=0) for batch in batches]
+    for _ in range(ROUNDS_MAX):
+        if all(future.done() for future in futures):
+            break
+        with producer._lock:
+            in_flight = producer._take_sendable_locked(now_ms())
+        for item in in_flight:  # answered in the order sent, as one stream delivers them
+            item.attempts += 1
+            producer._on_response(item, *leader.answer(item))
+    assert all(future.done() for future in futures), f"stalled: queue {[x.base_sequence for x in producer._ready[('t', 0)]]}"
+    assert [future.result(0) for future in futures] == [b * BATCH_RECORDS for b in range(len(batches))]
+    assert leader.appended == [v for batch in batches for v in batch.column("value").to_pylist()]
+    producer._closed = True
