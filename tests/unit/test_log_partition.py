@@ -17,8 +17,8 @@ from ads_spark.errors import (
 from ads_spark.broker.log.fetched import check_fetched_messages
 from ads_spark.broker.log.segment import SCHEMA_MESSAGE, encode_sealed_message
 from ads_spark.records import (
-    PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader, as_message_batch, message_of, seal,
-    verify,
+    PRODUCE_SCHEMA, RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
+    as_message_batch, message_of, seal, verify,
 )
 from tests.unit.test_log_support import open_log, produce_batch, stored_values, values_for
 
@@ -124,6 +124,13 @@ def test_stored_messages_replicate_byte_for_byte(tmp_path):
     follower.append_encoded(check_fetched_messages(carried, 0), now_ms=0)
     assert segment_files(tmp_path / "b-0")[0].read_bytes() == segment_files(tmp_path / "a-0")[0].read_bytes()
     assert [h for _, h in follower.batches()] == [h for _, h in leader.batches()]
+
+
+def test_a_carried_message_is_read_back_in_place_from_any_row():
+    message = pa.py_buffer(b"stored bytes")
+    assert message_of(as_message_batch(message)).address == message.address  # a view, not a copy
+    rows = pa.RecordBatch.from_arrays([pa.array([b"first", b"second"], pa.binary())], schema=REPLICA_MESSAGE_SCHEMA)
+    assert [message_of(rows.slice(i, 1)).to_pybytes() for i in range(2)] == [b"first", b"second"]
 
 
 def test_fetched_messages_are_all_checked_before_any_is_written(tmp_path):
