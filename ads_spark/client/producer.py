@@ -433,6 +433,8 @@ class Producer:
         queue = self._ready.setdefault((item.topic, item.partition), deque())
         for part in item.parts:
             part.solo = True
+            # An earlier attempt of the whole that ended without a definite refusal may have stored it.
+            part.maybe_written = part.maybe_written or item.maybe_written
             put_back(queue, part)
 
     def _may_retry(self, error: AdsError) -> bool:

@@ -88,3 +88,28 @@ def test_requests_refused_together_are_resent_in_call_order_and_all_delivered():
     assert [future.result(0) for future in futures] == [b * BATCH_RECORDS for b in range(len(batches))]
     assert leader.appended == [v for batch in batches for v in batch.column("value").to_pylist()]
     producer._closed = True
+
+
+def test_parts_of_a_request_that_may_be_stored_keep_that_doubt_when_split():
+    """A coalesced request whose first attempt ended without an answer may be in the log; if a retry is then
+    refused as too large (the topic's limit lowered meanwhile), its parts must not look never-written: a
+    sequence reset would renumber and resend them as new records."""
+    batches = [_batch(b) for b in range(2)]
+    producer = QueueOnlyProducer({"acks": "all", "retry.backoff.ms": 0}, connections=OnePartitionConnections())
+    producer._producer_id, producer._producer_epoch = 7, 0
+    for batch in batches:
+        producer.produce_arrow("t", batch, partition=0)
+    with producer._lock:
+        [request] = producer._take_sendable_locked(now_ms())
+    assert len(request.parts) == 2
+    request.attempts += 1
+    producer._on_response(request, None, error_for(ErrorCode.REQUEST_TIMED_OUT, "no answer in time"))
+    with producer._lock:
+        [retry] = producer._take_sendable_locked(now_ms())
+    assert retry is request  # resent whole: it may be stored under its own sequences
+    retry.attempts += 1
+    producer._on_response(retry, None, error_for(ErrorCode.RECORD_TOO_LARGE, "limit lowered"))
+    queued = list(producer._ready[("t", 0)])
+    assert [part.solo for part in queued] == [True, True]
+    assert [part.maybe_written for part in queued] == [True, True]
+    producer._closed = True
