@@ -58,6 +58,7 @@ DEFAULT_REQUEST_BYTES_MAX = 4 << 20
 # margin on top, the stream is taken for dead (producer_channel.fail_overdue).
 ANSWER_MARGIN_MS = 5_000
 OVERDUE_CHECK_INTERVAL_S = 0.1
+OVERDUE_CHECK_INTERVAL_MS = int(OVERDUE_CHECK_INTERVAL_S * 1000)  # also the sender's longest sleep
 # Answers that prove the broker did not append the batch on that attempt.
 REFUSED_BEFORE_APPEND = frozenset({
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -149,7 +150,7 @@ class Producer:
 
         Hot path (issue #7): nothing here is per record beyond appending to the open
         batch's lists; the future shares its batch's outcome, and the sender thread is
-        woken only when a batch is sealed (it polls open batches every ``linger.ms``).
+        woken only when a batch is opened (to sleep until its linger ends) or sealed.
         """
         if self._closed:
             raise InvalidRequestError("producer is closed")
@@ -168,6 +169,7 @@ class Producer:
             batch = self._open.get((topic, number))
             if batch is None:
                 batch = self._open[(topic, number)] = _OpenBatch(topic, number, created_ms)
+                self._lock.notify_all()  # the sender sleeps until something is due: this batch is, in linger.ms
             future = DeliveryFuture(batch.outcome, len(batch.values))
             batch.keys.append(key_bytes)
             batch.values.append(value_bytes)
@@ -321,6 +323,7 @@ class Producer:
                 if self._closed:
                     return
                 now = now_ms()
+                wake_ms = now + OVERDUE_CHECK_INTERVAL_MS
                 for key, open_batch in list(self._open.items()):
                     # A batch sealed on linger (not full) waits until its partition has nothing in
                     # flight or queued, so acknowledgements clock small batches: at a moderate steady
@@ -329,14 +332,31 @@ class Producer:
                     # cost the brokers a replicated append (ADS RF=3 at 5k records/s, linger.ms=1:
                     # e2e p50/p99 36-44/80-95 ms with the window of 5 kept full, 14/26-28 ms with
                     # one). Full batches are sealed at once and use the whole window (throughput).
-                    if now - open_batch.created_ms >= self.linger_ms and self._idle_locked(key):
+                    # Not idle: its partition's answer wakes the sender (``_on_response``).
+                    if not self._idle_locked(key):
+                        continue
+                    if now - open_batch.created_ms >= self.linger_ms:
                         self._seal_locked(key)
+                    else:
+                        wake_ms = min(wake_ms, open_batch.created_ms + self.linger_ms)
                 sendable = self._take_sendable_locked(now)
                 if not sendable:
-                    self._lock.wait(max(self.linger_ms, 1) / 1000)
+                    # Sleep until the next linger or retry backoff ends, not a fixed poll: a record opening a
+                    # batch wakes the sender (``produce``), so linger.ms=0 sends at once, and an idle
+                    # producer does not wake every millisecond.
+                    self._lock.wait(max(1, self._next_retry_ms_locked(now, wake_ms) - now) / 1000)
                     continue
             for item in sendable:
                 self._send(item)
+
+    def _next_retry_ms_locked(self, now: int, wake_ms: int) -> int:
+        """``wake_ms``, or earlier if a queue's head waits for its retry backoff to end before that. (A head
+        held by its partition's full window or unresolved sequences waits for an answer, which wakes the
+        sender.)"""
+        for queue in self._ready.values():
+            if queue and now < queue[0].retry_not_before_ms < wake_ms:
+                wake_ms = queue[0].retry_not_before_ms
+        return wake_ms
 
     def _idle_locked(self, key: tuple[str, int]) -> bool:
         return not self._ready.get(key) and not self._in_flight.get(key, 0)
