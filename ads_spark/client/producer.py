@@ -137,6 +137,10 @@ class Producer:
         self._sticky_bytes: dict[str, int] = {}  # produced to the topic's sticky partition since it was chosen
         self._round_robin = itertools.count()
         self._queue_order = itertools.count()  # ProducerBatch.queue_order
+        # When the sleeping sender will wake (None while it runs: it looks at every open batch before it
+        # sleeps). A batch opened due earlier wakes it; one due later does not, so a burst of records
+        # opening batches on many partitions wakes it once, not once per partition.
+        self._sender_asleep_until_ms: int | None = None
         self._closed = False
         self._sender = threading.Thread(target=self._run_sender, name="ads-producer-sender", daemon=True)
         self._sender.start()
@@ -150,7 +154,7 @@ class Producer:
 
         Hot path (issue #7): nothing here is per record beyond appending to the open
         batch's lists; the future shares its batch's outcome, and the sender thread is
-        woken only when a batch is opened (to sleep until its linger ends) or sealed.
+        woken only when a batch is sealed, or opened with a linger that ends before it would wake.
         """
         if self._closed:
             raise InvalidRequestError("producer is closed")
@@ -169,7 +173,9 @@ class Producer:
             batch = self._open.get((topic, number))
             if batch is None:
                 batch = self._open[(topic, number)] = _OpenBatch(topic, number, created_ms)
-                self._lock.notify_all()  # the sender sleeps until something is due: this batch is, in linger.ms
+                asleep_until_ms = self._sender_asleep_until_ms
+                if asleep_until_ms is not None and created_ms + self.linger_ms < asleep_until_ms:
+                    self._lock.notify_all()
             future = DeliveryFuture(batch.outcome, len(batch.values))
             batch.keys.append(key_bytes)
             batch.values.append(value_bytes)
@@ -344,7 +350,10 @@ class Producer:
                     # Sleep until the next linger or retry backoff ends, not a fixed poll: a record opening a
                     # batch wakes the sender (``produce``), so linger.ms=0 sends at once, and an idle
                     # producer does not wake every millisecond.
-                    self._lock.wait(max(1, self._next_retry_ms_locked(now, wake_ms) - now) / 1000)
+                    wake_ms = self._next_retry_ms_locked(now, wake_ms)
+                    self._sender_asleep_until_ms = wake_ms
+                    self._lock.wait(max(1, wake_ms - now) / 1000)
+                    self._sender_asleep_until_ms = None
                     continue
             for item in sendable:
                 self._send(item)

@@ -65,3 +65,32 @@ def test_a_record_opening_a_batch_leaves_when_its_linger_ends():
         assert 0.29 <= waited_s < 0.29 + 1.0  # the linger, then at most the machine's scheduling delay
     finally:
         _stop(producer)
+
+
+class ManyPartitionConnections(OnePartitionConnections):
+    def partitions_for(self, topic):
+        return {number: None for number in range(PARTITIONS)}
+
+
+PARTITIONS = 200
+
+
+def test_records_opening_batches_on_many_partitions_wake_the_sender_about_once():
+    """Records paced (keyed traffic over many partitions at a moderate rate): each opens a batch, and each
+    opened batch is due no sooner than the one before it, so the sleeping sender needs no wake for it."""
+    producer = RecordingProducer({"acks": "1", "linger.ms": 1000})
+    producer._connections = ManyPartitionConnections()
+    try:
+        time.sleep(0.05)
+        before = producer.passes
+        for number in range(PARTITIONS):
+            producer.produce("t", value=b"v", partition=number)
+            time.sleep(0.0005)  # the caller lets go of the GIL, as a paced producer does
+        # Well inside the linger. A wake per opened batch was ~200 passes, each over every open batch.
+        assert producer.passes - before <= 5
+        deadline = time.monotonic() + WAIT_S_MAX
+        while len(producer.sent_at_s) < PARTITIONS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(producer.sent_at_s) == PARTITIONS  # and every linger still ends
+    finally:
+        _stop(producer)
