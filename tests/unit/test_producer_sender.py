@@ -67,12 +67,12 @@ def test_a_record_opening_a_batch_leaves_when_its_linger_ends():
         _stop(producer)
 
 
+PARTITIONS = 200
+
+
 class ManyPartitionConnections(OnePartitionConnections):
     def partitions_for(self, topic):
         return {number: None for number in range(PARTITIONS)}
-
-
-PARTITIONS = 200
 
 
 def test_records_opening_batches_on_many_partitions_wake_the_sender_about_once():
