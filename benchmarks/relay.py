@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import threading
@@ -129,6 +130,7 @@ class Relay:
 
     def __init__(self, work_dir: Path | None = None, run_for_s: float = 7200.0, followers: int = FOLLOWERS):
         self.dir = Path(work_dir or tempfile.mkdtemp(prefix="relay-"))
+        self._owns_dir = work_dir is None  # its log files are removed with it at down()
         self.followers = followers
         self.run_for_s = run_for_s
         self.port = 0
@@ -149,6 +151,8 @@ class Relay:
     def down(self) -> None:
         stop_all(self.processes, self.dir)
         self.processes = []
+        if self._owns_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def produce_batched(self, records: int, batch_records: int = 512, record_bytes: int = 1024) -> float:
         """One put stream, at most PUT_WINDOW_BATCHES unacknowledged; records/s once all are acknowledged."""
