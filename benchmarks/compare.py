@@ -49,10 +49,13 @@ CASES = {
     "rabbitmq": ["produce_record", "produce_batched", "consume", "latency"],
 }
 READ_CASES = ("consume", "consume_arrow")
-SPARK_CASES = {("ads", "read_stream"): ("ads", "spark_read"), ("ceiling", "read_batch"): ("ceiling", "spark_read"),
-               ("ads", "read_batch"): ("ads", "spark_read_batch"), ("ads", "write_stream"): ("ads", "spark_write"),
-               ("ceiling", "write_stream"): ("ceiling", "spark_write"),
-               ("ads-network", "read_batch"): ("ads-network", "spark_read_batch")}
+# Each ADS case next to the ceiling's same kind of query: a streaming read includes the query's start-up
+# (~1.5 s here, the same for any Python source), which a batch read does not.
+SPARK_CASES = {("ads", "read_stream"): ("ads", "spark_read"), ("ceiling", "read_stream"): ("ceiling", "spark_read"),
+               ("ads", "read_batch"): ("ads", "spark_read_batch"),
+               ("ceiling", "read_batch"): ("ceiling", "spark_read_batch"),
+               ("ads-network", "read_batch"): ("ads-network", "spark_read_batch"),
+               ("ads", "write_stream"): ("ads", "spark_write"), ("ceiling", "write_stream"): ("ceiling", "spark_write")}
 
 
 def build_systems(work: Path, with_peers: bool) -> list:
@@ -130,7 +133,7 @@ def spark_phase(ads: AdsBench, work: Path, records: int, runs: int, samples: dic
         spark = spark_source_sink.spark_session()
         for run in range(runs):
             result = spark_source_sink.run_once(spark, ads.cluster.bootstrap_servers, ads.admin, work / "spark",
-                                                records, topic)
+                                                records, topic, stream_ceiling=True)
             for key, value in result.items():
                 samples.setdefault(SPARK_CASES[key], []).append({"records_per_s": value})
             print(f"spark run {run + 1}/{runs} done", file=sys.stderr)

@@ -51,7 +51,7 @@ def print_table(rows: list[dict]) -> None:
         status = "" if row["status"] == "ok" else row["status"]
         print(f"{row['system']:9} {row['case']:16} {row['records_per_s']:11,.0f} {spread:>23} {latency:>22}  {status}")
     by_key = {(r["system"], r["case"]): r["records_per_s"] for r in rows if r["records_per_s"]}
-    for case in ("produce_record", "produce_batched", "consume"):
+    for case in ("produce_record", "produce_batched", "consume", "spark_read", "spark_read_batch", "spark_write"):
         ads = by_key.get(("ads", case))
         ratios = [f"{other} {ads / by_key[(other, case)]:.2f}" for other in ("ads-rf1", "ceiling", "nats", "rabbitmq")
                   if ads and (other, case) in by_key]
