@@ -53,6 +53,23 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C (SystemExit 143), so a ``finally: cluster.down()`` runs: the
+    brokers and ZooKeeper run in sessions of their own and would outlive a script killed outright.
+
+    Call it again after starting clients: something below them (gRPC/Flight, seen in
+    ``benchmarks.compare``) can replace the C-level action while Python's record stays unchanged.
+    """
+    signal.signal(signal.SIGTERM, _exit_on_first_sigterm)
+
+
+def _exit_on_first_sigterm(signum, _frame) -> None:
+    # A second signal must not cut the teardown the first one started short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(128 + signum)
+
+
 ZOOKEEPER_HOST, HOSTED_ZOOKEEPER_PORT, HOSTED_BROKER_PORT = "zk", 2181, 9092
 
 

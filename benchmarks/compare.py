@@ -27,14 +27,13 @@ DIR/compare.json and DIR/compare.png.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from ads_spark.cluster import LocalCluster
+from ads_spark.cluster import LocalCluster, unwind_on_sigterm
 from benchmarks import compare_report
 from benchmarks.compare_ads import AdsBench, CeilingBench
 from benchmarks.latency import percentiles_ms
@@ -155,7 +154,7 @@ def run(args, work: Path) -> list[dict]:
             for bench in running:
                 # Something below the clients (gRPC/Flight, seen with ADS's) replaces the C-level SIGTERM action
                 # while leaving Python's record unchanged; re-installing ours keeps teardown on SIGTERM working.
-                signal.signal(signal.SIGTERM, _exit_on_first_sigterm)
+                unwind_on_sigterm()
                 began = time.monotonic()
                 measure_system(bench, args.records, args.rate_per_s, args.latency_s, samples, statuses)
                 print(f"run {run_index + 1}/{args.runs} {bench.system} done in {time.monotonic() - began:.0f}s",
@@ -173,13 +172,6 @@ def run(args, work: Path) -> list[dict]:
             except Exception:
                 traceback.print_exc(file=sys.stderr)
     return compare_report.summarise(samples, statuses)
-
-
-def _exit_on_first_sigterm(signum, frame) -> None:
-    """SIGTERM unwinds like Ctrl-C so run()'s finally tears every cluster down; a second one must not cut that short."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.exit(128 + signum)
 
 
 def parse_args(argv: list[str] | None = None):
@@ -204,7 +196,7 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_first_sigterm)
+    unwind_on_sigterm()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ads_spark.client import Admin  # noqa: E402
-from ads_spark.cluster import LocalCluster  # noqa: E402
+from ads_spark.cluster import LocalCluster, unwind_on_sigterm  # noqa: E402
 
 ORDERS, UPPER = "orders", "orders_upper"
 PARTITIONS = 3
@@ -101,6 +101,7 @@ def replay_job(spark, bootstrap: str, first: int, last_exclusive: int) -> int:
 def run(records: int, state_dir: Path, kill: bool) -> int:
     cluster = LocalCluster(state_dir / "cluster")
     started = time.monotonic()
+    unwind_on_sigterm()
     try:
         cluster.up(brokers=3)
         bootstrap = cluster.bootstrap_servers
@@ -110,6 +111,7 @@ def run(records: int, state_dir: Path, kill: bool) -> int:
             admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3,
                                config={"min.insync.replicas": "2"})
         spark = spark_session()
+        unwind_on_sigterm()  # again, with the clients and Spark's gateway started
         produce_s = produce_job(spark, bootstrap, state_dir, records)
         print(f"producer job: {records} orders in {produce_s:.1f}s")
         transform_s = transform_job(spark, bootstrap, state_dir, cluster, kill)
