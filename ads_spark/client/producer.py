@@ -68,7 +68,9 @@ REFUSED_BEFORE_APPEND = frozenset({
 
 
 class _OpenBatch:
-    """Records of one partition not sealed yet, column by column (Arrow arrays are built at seal time)."""
+    """Records of one partition not sealed yet, column by column. The Arrow arrays are built when the batch
+    is first sent (``to_record_batch``, on the sender thread, outside the producer's lock: built under it,
+    at seal time, they kept ``produce()`` callers waiting on the lock, ~14% of the per-record path)."""
 
     __slots__ = ("keys", "values", "headers", "timestamps_ms", "outcome", "size_bytes", "created_ms")
 
@@ -80,6 +82,12 @@ class _OpenBatch:
         self.outcome = BatchOutcome(topic, partition, self.timestamps_ms)
         self.size_bytes = 0
         self.created_ms = created_ms
+
+    def to_record_batch(self) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.timestamps_ms, pa.timestamp("ms")), _column(self.keys, pa.binary()),
+             _column(self.values, pa.binary()), _column(self.headers, HEADER_TYPE)],
+            schema=PRODUCE_SCHEMA)
 
 
 class Producer:
@@ -166,6 +174,8 @@ class Producer:
         if number is None:
             number = self._choose_partition(topic, key_bytes, partition)
         size = (len(value_bytes) if value_bytes else 0) + (len(key_bytes) if key_bytes else 0) + 16
+        if header_list:  # the batch's size is this estimate until it is built (``_OpenBatch``)
+            size += sum(len(header["key"]) + len(header["value"] or b"") + 8 for header in header_list)
         created_ms = time.time_ns() // 1_000_000
         with self._mutex:
             if self._undelivered >= BUFFERED_RECORDS_MAX:
@@ -294,13 +304,10 @@ class Producer:
         open_batch = self._open.pop(key, None)
         if open_batch is None or not open_batch.values:
             return
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(open_batch.timestamps_ms, pa.timestamp("ms")), _column(open_batch.keys, pa.binary()),
-             _column(open_batch.values, pa.binary()), _column(open_batch.headers, HEADER_TYPE)],
-            schema=PRODUCE_SCHEMA)
-        item = ProducerBatch(key[0], key[1], batch=batch, outcome=open_batch.outcome,
-                             record_count=batch.num_rows, created_ms=open_batch.created_ms,
-                             deadline_ms=open_batch.created_ms + self.delivery_timeout_ms, size_bytes=batch.nbytes)
+        item = ProducerBatch(key[0], key[1], build=open_batch.to_record_batch, outcome=open_batch.outcome,
+                             record_count=len(open_batch.values), created_ms=open_batch.created_ms,
+                             deadline_ms=open_batch.created_ms + self.delivery_timeout_ms,
+                             size_bytes=open_batch.size_bytes)
         self._enqueue_locked(item)
 
     def _enqueue_locked(self, item: ProducerBatch) -> None:

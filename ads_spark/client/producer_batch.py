@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow as pa
 
@@ -41,7 +42,8 @@ PARTS_PER_REQUEST_MAX = 256  # bounds the per-request bookkeeping when batches a
 class ProducerBatch:
     topic: str
     partition: int
-    batch: pa.RecordBatch | None = None  # a coalesced request builds it when sent (see ``materialize``)
+    batch: pa.RecordBatch | None = None  # built when first sent if ``build`` or ``parts`` (``materialize``)
+    build: Callable[[], pa.RecordBatch] | None = None  # produce(): the sealed records' columns, not built yet
     outcome: BatchOutcome | None = None  # produce(): what every record's future reads
     arrow_future: Future | None = None  # produce_arrow(): one future for the batch
     record_count: int = 0
@@ -61,9 +63,12 @@ class ProducerBatch:
     queue_order: int = 0
 
     def materialize(self) -> pa.RecordBatch:
-        """The batch to send; a coalesced request concatenates its parts once, on the sender thread."""
-        if self.batch is None and self.parts is not None:
-            self.batch = pa.concat_batches([part.batch for part in self.parts])
+        """The batch to send, built once, on the sender thread: a coalesced request concatenates its parts."""
+        if self.batch is None:
+            if self.parts is not None:
+                self.batch = pa.concat_batches([part.materialize() for part in self.parts])
+            elif self.build is not None:
+                self.batch, self.build = self.build(), None
         return self.batch
 
     def complete(self, base_offset: int | None, error: AdsError | None) -> None:

@@ -113,3 +113,29 @@ def test_parts_of_a_request_that_may_be_stored_keep_that_doubt_when_split():
     assert [part.solo for part in queued] == [True, True]
     assert [part.maybe_written for part in queued] == [True, True]
     producer._closed = True
+
+
+def test_records_are_built_into_a_batch_when_first_sent_and_coalesce_like_ready_batches():
+    producer = QueueOnlyProducer({"acks": "all", "batch.size": 2_000, "retry.backoff.ms": 0},
+                                 connections=OnePartitionConnections())
+    producer._producer_id, producer._producer_epoch = 7, 0
+    values = [b"record-%04d-" % i + b"x" * 100 for i in range(100)]
+    futures = [producer.produce("t", value=value, partition=0, headers={"h": b"v"}) for value in values]
+    producer.flush(timeout=0)
+    queued = list(producer._ready[("t", 0)])
+    assert len(queued) > 1 and all(item.batch is None for item in queued)  # sealed, not built
+    assert sum(item.record_count for item in queued) == len(values)
+    leader = ScriptedLeader(message_bytes_max=1 << 20)
+    for _ in range(ROUNDS_MAX):
+        if all(future.done() for future in futures):
+            break
+        with producer._lock:
+            in_flight = producer._take_sendable_locked(now_ms())
+        assert len(in_flight) == 1 and len(in_flight[0].parts) == len(queued)  # one request for the backlog
+        for item in in_flight:
+            item.attempts += 1
+            producer._on_response(item, *leader.answer(item))
+    assert [future.result(0).offset for future in futures] == list(range(len(values)))
+    assert leader.appended == values
+    producer._closed = True
+
