@@ -50,6 +50,7 @@ from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, conform_produce_batch
 
 log = logging.getLogger("ads.client.producer")
 
+TIMESTAMP_MS_MIN, TIMESTAMP_MS_MAX = -(2 ** 63), 2 ** 63 - 1  # Arrow's timestamp[ms] is an int64
 BUFFERED_RECORDS_MAX = 1_000_000  # produce() blocks past this many undelivered records
 # ``max.request.size``: below the brokers' default message.max.bytes (8 MiB); a topic that accepts less
 # gets the parts one by one (``_split_refused_locked``).
@@ -169,6 +170,9 @@ class Producer:
         key_bytes = key if key is None or type(key) is bytes else _to_bytes(key)
         value_bytes = value if value is None or type(value) is bytes else _to_bytes(value)
         header_list = None if headers is None else _normalize_headers(headers)
+        if timestamp is not None and not _is_timestamp_ms(timestamp):
+            # Checked here: a value Arrow cannot store would otherwise fail the whole batch when it is built.
+            raise InvalidRequestError(f"timestamp must be an int of ms since the epoch, got {timestamp!r}")
         sticky = partition is None and key_bytes is None
         number = self._sticky.get(topic) if sticky else None
         if number is None:
@@ -512,6 +516,10 @@ def _column(values: list, arrow_type: pa.DataType) -> pa.Array:
     if values.count(None) == len(values):
         return pa.nulls(len(values), arrow_type)
     return pa.array(values, arrow_type)
+
+
+def _is_timestamp_ms(value) -> bool:
+    return type(value) is int and TIMESTAMP_MS_MIN <= value <= TIMESTAMP_MS_MAX
 
 
 def _to_bytes(value) -> bytes | None:

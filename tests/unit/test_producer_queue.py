@@ -14,9 +14,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pyarrow as pa
+import pytest
 
 from ads_spark.client.producer import Producer
-from ads_spark.errors import ErrorCode, error_for
+from ads_spark.errors import ErrorCode, InvalidRequestError, error_for
 from ads_spark.records import conform_produce_batch, now_ms
 
 BATCH_RECORDS = 4
@@ -139,3 +140,21 @@ def test_records_are_built_into_a_batch_when_first_sent_and_coalesce_like_ready_
     assert leader.appended == values
     producer._closed = True
 
+
+def test_a_timestamp_arrow_cannot_store_is_refused_at_the_call_and_changes_nothing():
+    """Accepted, it failed the whole batch when the batch was built (before that, the sender thread died
+    on it, or the records sealed with it were dropped without an answer)."""
+    producer = QueueOnlyProducer({"acks": "all", "retry.backoff.ms": 0}, connections=OnePartitionConnections())
+    producer._producer_id, producer._producer_epoch = 7, 0
+    good = producer.produce("t", value=b"kept", partition=0, timestamp=1_700_000_000_000)
+    for bad in ("123", 1.5, 2 ** 70, True):
+        with pytest.raises(InvalidRequestError, match="timestamp"):
+            producer.produce("t", value=b"refused", partition=0, timestamp=bad)
+    producer.flush(timeout=0)
+    leader = ScriptedLeader(message_bytes_max=1 << 20)
+    with producer._lock:
+        [item] = producer._take_sendable_locked(now_ms())
+    item.attempts += 1
+    producer._on_response(item, *leader.answer(item))
+    assert good.result(0).offset == 0 and leader.appended == [b"kept"]
+    producer._closed = True
