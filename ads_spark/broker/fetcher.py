@@ -6,6 +6,12 @@ follower's log end offset, its last fetched epoch and its view of the leader
 epoch, so the leader can fence stale followers and point out a divergence
 (KIP-320); the follower then truncates to the point the leader names — never to
 its own possibly-stale high watermark — and fetches again.
+
+A partition added to a thread whose fetch is parked at the leader (up to
+``replica.fetch.wait.max.ms``) cuts that fetch short, so the next one names it:
+otherwise a new topic's or a moved leader's partition would start replicating
+only when the long-poll for the other partitions ended (the first acks=all
+produce to a new topic took 80 ms here against 15-20 ms with a 50 ms poll).
 """
 
 from __future__ import annotations
@@ -45,10 +51,15 @@ class FetcherThread(threading.Thread):
         self.stopping = threading.Event()
         self._client: flight.FlightClient | None = None
         self._session = FetchSession(self._connect, replica_messages=True)
+        self._cut_short = threading.Event()  # set by add(): the failing fetch was cancelled on purpose
 
     def add(self, partition: Partition) -> None:
         with self.lock:
+            is_new = partition.key not in self.partitions
             self.partitions[partition.key] = partition
+        if is_new:
+            self._cut_short.set()
+            self._session.cancel()  # no-op unless a fetch is outstanding; then it ends with an error now
 
     def discard(self, key: tuple[str, int]) -> None:
         with self.lock:
@@ -61,6 +72,7 @@ class FetcherThread(threading.Thread):
     def run(self) -> None:
         config = self.manager.config
         while not self.stopping.is_set():
+            self._cut_short.clear()  # any partition added from here on is in this round's list, or cuts it short
             with self.lock:
                 partitions = list(self.partitions.values())
             requests = [(p, p.fetch_request()) for p in partitions]
@@ -75,6 +87,9 @@ class FetcherThread(threading.Thread):
                 self.manager.on_fatal(str(bug))
                 return
             except Exception as exc:  # leader down or unreachable: back off, the controller will move us
+                if self._cut_short.is_set():  # cancelled by add(): fetch again at once, on a new stream
+                    self._session.close()
+                    continue
                 log.debug("fetch from broker %s failed: %s", self.leader.broker_id, exc)
                 self._close_client()
                 self.stopping.wait(config["replica.fetch.backoff.ms"] / 1000)
