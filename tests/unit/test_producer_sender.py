@@ -15,11 +15,11 @@ WAIT_S_MAX = 5.0  # bound on every wait below; the assertions are about what hap
 class RecordingProducer(Producer):
     """Counts the sender's passes and hands sent batches to a list instead of a broker."""
 
-    def __init__(self, config):
+    def __init__(self, config, connections=None):
         self.passes = 0
         self.sent_at_s: list[float] = []
         self.sent_event = threading.Event()
-        super().__init__(config, connections=OnePartitionConnections())
+        super().__init__(config, connections=connections or OnePartitionConnections())
 
     def _take_sendable_locked(self, now):
         self.passes += 1
@@ -78,8 +78,7 @@ class ManyPartitionConnections(OnePartitionConnections):
 def test_records_opening_batches_on_many_partitions_wake_the_sender_about_once():
     """Records paced (keyed traffic over many partitions at a moderate rate): each opens a batch, and each
     opened batch is due no sooner than the one before it, so the sleeping sender needs no wake for it."""
-    producer = RecordingProducer({"acks": "1", "linger.ms": 1000})
-    producer._connections = ManyPartitionConnections()
+    producer = RecordingProducer({"acks": "1", "linger.ms": 1000}, connections=ManyPartitionConnections())
     try:
         time.sleep(0.05)
         before, started_s = producer.passes, time.monotonic()
