@@ -161,7 +161,10 @@ class ReplicaFetcherManager:
         index = zlib.crc32(f"{partition.topic}-{partition.partition}".encode()) % count
         thread_key = (leader.broker_id, index, leader.host, leader.port)
         with self._lock:
-            self._unassign_locked(partition.key)
+            if self._assigned.get(partition.key) != thread_key:
+                # Kept on its thread when it stays there: only a partition new to a thread cuts its parked
+                # fetch short (every LeaderAndIsr for a followed partition comes through here).
+                self._unassign_locked(partition.key)
             if self._closed:
                 return
             thread = self._threads.get(thread_key)
