@@ -19,7 +19,8 @@ produce_batched (explicit batches of 512), consume (everything back through
 the record API; ads also consume_arrow), latency (p50/p99/p99.9 end to end at
 ``--rate-per-s``), and after the peers are down, unless --no-spark, Spark
 streaming read and write (spark_read, spark_write) next to the in-memory source
-ceiling from ``benchmarks.spark_source_sink``. Runs alternate system by system
+ceiling from ``benchmarks.spark_source_sink`` (for writes: a Python sink that drops
+what Spark hands it; ``spark-noop`` is Spark's own noop sink, no Python). Runs alternate system by system
 (A/B/A/B) so drift hits them alike. Prints medians with min-max and writes
 DIR/compare.json and DIR/compare.png.
 """
@@ -54,7 +55,8 @@ SPARK_CASES = {("ads", "read_stream"): ("ads", "spark_read"), ("ceiling", "read_
                ("ads", "read_batch"): ("ads", "spark_read_batch"),
                ("ceiling", "read_batch"): ("ceiling", "spark_read_batch"),
                ("ads-network", "read_batch"): ("ads-network", "spark_read_batch"),
-               ("ads", "write_stream"): ("ads", "spark_write"), ("ceiling", "write_stream"): ("ceiling", "spark_write")}
+               ("ads", "write_stream"): ("ads", "spark_write"), ("ceiling", "write_stream"): ("ceiling", "spark_write"),
+               ("noop", "write_stream"): ("spark-noop", "spark_write")}
 
 
 def build_systems(work: Path, with_peers: bool) -> list:

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 RECORD_BYTES = 1024
-SYSTEM_ORDER = ["ads", "ads-rf1", "ceiling", "ceiling-rf1", "nats", "rabbitmq"]
+SYSTEM_ORDER = ["ads", "ads-rf1", "ceiling", "ceiling-rf1", "nats", "rabbitmq", "spark-noop"]
 
 
 def summarise(samples: dict[tuple[str, str], list[dict]], statuses: dict[tuple[str, str], str]) -> list[dict]:
@@ -53,7 +53,7 @@ def print_table(rows: list[dict]) -> None:
     by_key = {(r["system"], r["case"]): r["records_per_s"] for r in rows if r["records_per_s"]}
     for case in ("produce_record", "produce_batched", "consume", "spark_read", "spark_read_batch", "spark_write"):
         ads = by_key.get(("ads", case))
-        ratios = [f"{other} {ads / by_key[(other, case)]:.2f}" for other in ("ads-rf1", "ceiling", "nats", "rabbitmq")
+        ratios = [f"{other} {ads / by_key[(other, case)]:.2f}" for other in ("ads-rf1", "ceiling", "nats", "rabbitmq", "spark-noop")
                   if ads and (other, case) in by_key]
         if ratios:
             print(f"ads / other, {case}: " + ", ".join(ratios))
