@@ -41,9 +41,11 @@ def start_zookeeper(args) -> int:
 
 
 def start_broker(args) -> int:
+    from ads_spark.broker.allocator import keep_freed_memory
     from ads_spark.broker.runtime import build_broker
     from ads_spark.config import load_broker_config
 
+    keep_freed_memory()  # before any thread starts: it caps the allocator's arenas
     logging.getLogger("ads").setLevel(logging.INFO)
     config = load_broker_config(Path(args.config), args.override)
     broker = build_broker(config)
