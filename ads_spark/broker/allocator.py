@@ -5,13 +5,14 @@ Every replicated batch passes through gRPC's receive buffers and Flight's copies
 mmap threshold) or trimmed off the top of its arena, so the next request's buffer faults in fresh pages:
 0.08-0.12 page faults per record per broker at RF=3 batched load, 80% of them in ``recvmsg`` copying into
 new gRPC slices. On this VM a fresh page faults in the host too (the balloon reports freed guest memory),
-and that cost 20-30% of the brokers' throughput in a slow phase (docs/DESIGN.md, seventh round).
+and that cost the brokers 10-40% of their throughput on a fresh cluster (docs/DESIGN.md, seventh round).
 
 The policy: at most ``ARENAS_MAX`` malloc arenas, each keeping up to ``TRIM_THRESHOLD_BYTES`` of free
 memory at its top, and buffers below ``MMAP_THRESHOLD_BYTES`` served from the arenas. What a broker may
-keep beyond what it uses is therefore bounded by ARENAS_MAX x TRIM_THRESHOLD_BYTES (128 MiB); measured,
-its resident memory grew by 30-40 MiB. Applied once, before the broker starts its threads; a C library
-without ``mallopt`` (not glibc) keeps its own behaviour.
+keep beyond what it uses is therefore bounded by ARENAS_MAX x TRIM_THRESHOLD_BYTES (128 MiB). Two arenas
+of 64 MiB cut the faults as well but lengthened the latency tail in 5 of 8 alternated pairs (cause not
+looked into); eight of 16 MiB left a third of the faults. Applied once, before the broker starts its
+threads; a C library without ``mallopt`` (not glibc) keeps its own behaviour.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
-ARENAS_MAX = 2
-TRIM_THRESHOLD_BYTES = 64 << 20
+ARENAS_MAX = 4
+TRIM_THRESHOLD_BYTES = 32 << 20
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's own ceiling for this setting
 
 
