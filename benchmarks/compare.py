@@ -19,9 +19,9 @@ produce_batched (explicit batches of 512), consume (everything back through
 the record API; ads also consume_arrow), latency (p50/p99/p99.9 end to end at
 ``--rate-per-s``), and after the peers are down, unless --no-spark, Spark
 streaming read and write (spark_read, spark_write) next to the in-memory source
-ceiling from ``benchmarks.spark_source_sink`` (for writes: a Python sink that drops
-what Spark hands it; ``spark-noop`` is Spark's own noop sink, no Python). Runs alternate system by system
-(A/B/A/B) so drift hits them alike. Prints medians with min-max and writes
+ceiling from ``benchmarks.spark_source_sink`` (for writes: a Python sink that
+drops what Spark hands it; ``spark-noop`` is Spark's own noop sink, no Python).
+Runs alternate system by system (A/B/A/B) so drift hits them alike. Prints medians with min-max and writes
 DIR/compare.json and DIR/compare.png.
 """
 

@@ -53,8 +53,8 @@ def print_table(rows: list[dict]) -> None:
     by_key = {(r["system"], r["case"]): r["records_per_s"] for r in rows if r["records_per_s"]}
     for case in ("produce_record", "produce_batched", "consume", "spark_read", "spark_read_batch", "spark_write"):
         ads = by_key.get(("ads", case))
-        ratios = [f"{other} {ads / by_key[(other, case)]:.2f}" for other in ("ads-rf1", "ceiling", "nats", "rabbitmq", "spark-noop")
-                  if ads and (other, case) in by_key]
+        others = ("ads-rf1", "ceiling", "nats", "rabbitmq", "spark-noop")
+        ratios = [f"{other} {ads / by_key[(other, case)]:.2f}" for other in others if ads and (other, case) in by_key]
         if ratios:
             print(f"ads / other, {case}: " + ", ".join(ratios))
     pairs = [("ads", "ads-rf1"), ("ceiling", "ceiling-rf1")]

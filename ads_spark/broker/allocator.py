@@ -3,9 +3,9 @@
 Every replicated batch passes through gRPC's receive buffers and Flight's copies of up to
 ``max.request.size`` (4 MiB) each. With glibc's defaults a freed buffer that size is unmapped (above the
 mmap threshold) or trimmed off the top of its arena, so the next request's buffer faults in fresh pages:
-0.08-0.12 page faults per record per broker at RF=3 batched load, 80% of them in ``recvmsg`` copying into
+0.07-0.17 page faults per record per broker at RF=3 batched load, 80% of them in ``recvmsg`` copying into
 new gRPC slices. On this VM a fresh page faults in the host too (the balloon reports freed guest memory),
-and that cost the brokers 10-40% of their throughput on a fresh cluster (docs/DESIGN.md, seventh round).
+and with the policy below a fresh cluster's brokers moved 9-19% more (docs/DESIGN.md, seventh round).
 
 The policy: at most ``ARENAS_MAX`` malloc arenas, each keeping up to ``TRIM_THRESHOLD_BYTES`` of free
 memory at its top, and buffers below ``MMAP_THRESHOLD_BYTES`` served from the arenas. What a broker may
@@ -43,4 +43,7 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     settings = ((_M_ARENA_MAX, ARENAS_MAX), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES),
                 (_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    return all([mallopt(parameter, value) == 1 for parameter, value in settings])
+    refused = [parameter for parameter, value in settings if mallopt(parameter, value) != 1]  # tries each one
+    if refused:
+        log.warning("glibc refused mallopt parameters %s: the allocator keeps its defaults for them", refused)
+    return not refused

@@ -11,9 +11,12 @@ import pytest
 _PROBE = """
 import ctypes, resource, sys
 from ads_spark.broker.allocator import keep_freed_memory
+try:
+    libc = ctypes.CDLL("libc.so.6")
+except OSError:
+    sys.exit(3)
 if sys.argv[1] == "policy" and not keep_freed_memory():
-    print("not applied"); sys.exit(3)
-libc = ctypes.CDLL("libc.so.6")
+    sys.exit(3)
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
 libc.malloc.argtypes = [ctypes.c_size_t]
@@ -35,7 +38,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 def faults_per_buffer(mode: str) -> float:
     done = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, timeout=60)
     if done.returncode == 3:
-        pytest.skip("the C library here has no mallopt")
+        pytest.skip("the C library here is not glibc, or refused the policy")
     assert done.returncode == 0, done.stderr
     return int(done.stdout) / 30
 
