@@ -21,8 +21,8 @@ the record API; ads also consume_arrow), latency (p50/p99/p99.9 end to end at
 streaming read and write (spark_read, spark_write) next to the in-memory source
 ceiling from ``benchmarks.spark_source_sink`` (for writes: a Python sink that
 drops what Spark hands it; ``spark-noop`` is Spark's own noop sink, no Python).
-Runs alternate system by system (A/B/A/B) so drift hits them alike. Prints medians with min-max and writes
-DIR/compare.json and DIR/compare.png.
+Runs alternate system by system (A/B/A/B) so drift hits them alike. Prints
+medians with min-max and writes DIR/compare.json and DIR/compare.png.
 """
 
 from __future__ import annotations
@@ -154,9 +154,7 @@ def run(args, work: Path) -> list[dict]:
         running = start_systems(systems, statuses)
         for run_index in range(args.runs):
             for bench in running:
-                # Something below the clients (gRPC/Flight, seen with ADS's) replaces the C-level SIGTERM action
-                # while leaving Python's record unchanged; re-installing ours keeps teardown on SIGTERM working.
-                unwind_on_sigterm()
+                unwind_on_sigterm()  # again after each system's clients started (see its docstring)
                 began = time.monotonic()
                 measure_system(bench, args.records, args.rate_per_s, args.latency_s, samples, statuses)
                 print(f"run {run_index + 1}/{args.runs} {bench.system} done in {time.monotonic() - began:.0f}s",

@@ -34,7 +34,7 @@ import time
 import zlib
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
@@ -70,7 +70,7 @@ REFUSED_BEFORE_APPEND = frozenset({
 
 class _OpenBatch:
     """Records of one partition not sealed yet, column by column. The Arrow arrays are built when the batch
-    is first sent (``to_record_batch``, on the sender thread, outside the producer's lock: built under it,
+    is first sent (``record_batch``, on the sender thread, outside the producer's lock: built under it,
     at seal time, they kept ``produce()`` callers waiting on the lock, ~14% of the per-record path)."""
 
     __slots__ = ("keys", "values", "headers", "timestamps_ms", "outcome", "size_bytes", "created_ms")
@@ -84,10 +84,20 @@ class _OpenBatch:
         self.size_bytes = 0
         self.created_ms = created_ms
 
-    def to_record_batch(self) -> pa.RecordBatch:
+    def record_batch(self, following: Sequence[_OpenBatch] = ()) -> pa.RecordBatch:
+        """These records, then ``following``'s, as one Arrow batch: a coalesced request's parts are built
+        together, not one by one and then concatenated (a second copy of every record)."""
+        def joined(column: str) -> list:
+            if not following:
+                return getattr(self, column)
+            values = list(getattr(self, column))
+            for batch in following:
+                values.extend(getattr(batch, column))
+            return values
+
         return pa.RecordBatch.from_arrays(
-            [pa.array(self.timestamps_ms, pa.timestamp("ms")), _column(self.keys, pa.binary()),
-             _column(self.values, pa.binary()), _column(self.headers, HEADER_TYPE)],
+            [pa.array(joined("timestamps_ms"), pa.timestamp("ms")), _column(joined("keys"), pa.binary()),
+             _column(joined("values"), pa.binary()), _column(joined("headers"), HEADER_TYPE)],
             schema=PRODUCE_SCHEMA)
 
 
@@ -308,7 +318,7 @@ class Producer:
         open_batch = self._open.pop(key, None)
         if open_batch is None or not open_batch.values:
             return
-        item = ProducerBatch(key[0], key[1], build=open_batch.to_record_batch, outcome=open_batch.outcome,
+        item = ProducerBatch(key[0], key[1], records=open_batch, outcome=open_batch.outcome,
                              record_count=len(open_batch.values), created_ms=open_batch.created_ms,
                              deadline_ms=open_batch.created_ms + self.delivery_timeout_ms,
                              size_bytes=open_batch.size_bytes)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -42,8 +42,10 @@ PARTS_PER_REQUEST_MAX = 256  # bounds the per-request bookkeeping when batches a
 class ProducerBatch:
     topic: str
     partition: int
-    batch: pa.RecordBatch | None = None  # built when first sent if ``build`` or ``parts`` (``materialize``)
-    build: Callable[[], pa.RecordBatch] | None = None  # produce(): the sealed records' columns, not built yet
+    batch: pa.RecordBatch | None = None  # built when first sent if ``records`` or ``parts`` (``materialize``)
+    # produce(): the sealed records, column by column, not built yet; ``records.record_batch(following)``
+    # builds them, followed by other such batches' records, as one Arrow batch.
+    records: Any = None
     outcome: BatchOutcome | None = None  # produce(): what every record's future reads
     arrow_future: Future | None = None  # produce_arrow(): one future for the batch
     record_count: int = 0
@@ -63,12 +65,17 @@ class ProducerBatch:
     queue_order: int = 0
 
     def materialize(self) -> pa.RecordBatch:
-        """The batch to send, built once, on the sender thread: a coalesced request concatenates its parts."""
+        """The batch to send, built once, on the sender thread. A coalesced request of produce() batches is
+        built from all its parts' records in one pass; one with other parts concatenates them."""
         if self.batch is None:
             if self.parts is not None:
-                self.batch = pa.concat_batches([part.materialize() for part in self.parts])
-            elif self.build is not None:
-                self.batch, self.build = self.build(), None
+                sources = [part.records for part in self.parts]
+                if any(source is None for source in sources):
+                    self.batch = pa.concat_batches([part.materialize() for part in self.parts])
+                else:  # the parts stay unbuilt: split again, each is built on its own
+                    self.batch = sources[0].record_batch(sources[1:])
+            elif self.records is not None:
+                self.batch, self.records = self.records.record_batch(), None
         return self.batch
 
     def complete(self, base_offset: int | None, error: AdsError | None) -> None:

@@ -158,3 +158,25 @@ def test_a_timestamp_arrow_cannot_store_is_refused_at_the_call_and_changes_nothi
     producer._on_response(item, *leader.answer(item))
     assert good.result(0).offset == 0 and leader.appended == [b"kept"]
     producer._closed = True
+
+
+def test_a_coalesced_request_of_produce_batches_is_built_in_one_pass_with_every_column_in_record_order():
+    producer = QueueOnlyProducer({"acks": "all", "batch.size": 300, "retry.backoff.ms": 0},
+                                 connections=OnePartitionConnections())
+    producer._producer_id, producer._producer_epoch = 7, 0
+    rows = [(b"key-%d" % i if i % 3 else None, b"value-%02d-" % i + b"x" * 60,
+             {"n": b"%d" % i} if i % 2 else None, 1_700_000_000_000 + i) for i in range(20)]
+    for key, value, headers, timestamp in rows:
+        producer.produce("t", key=key, value=value, headers=headers, partition=0, timestamp=timestamp)
+    producer.flush(timeout=0)
+    with producer._lock:
+        [request] = producer._take_sendable_locked(now_ms())
+    assert len(request.parts) > 1
+    built = request.materialize()
+    assert all(part.batch is None for part in request.parts)  # not built one by one and concatenated
+    assert built.column("key").to_pylist() == [key for key, _, _, _ in rows]
+    assert built.column("value").to_pylist() == [value for _, value, _, _ in rows]
+    assert built.column("headers").to_pylist() == [
+        None if headers is None else [{"key": "n", "value": headers["n"]}] for _, _, headers, _ in rows]
+    assert built.column("timestamp").cast("int64").to_pylist() == [timestamp for _, _, _, timestamp in rows]
+    producer._closed = True
