@@ -1,6 +1,6 @@
 """One pipelined produce stream to one broker.
 
-Batches go out on a long-lived Flight ``do_put`` stream, each with a correlation
+Batches go out on a long-lived Flight ``do_exchange`` stream, each with a correlation
 id in its app metadata; a reader thread matches the broker's responses (which
 may come back out of order, since acks=all completes when replication allows)
 to the batches that are waiting. If the stream breaks, every batch on it fails
@@ -16,9 +16,13 @@ jepsen-2013 runs showed every partition stopping while one leader was cut off):
   REQUEST_TIMED_OUT when replication does not complete), so a batch waiting
   longer than ``answer_deadline_ms`` means the broker or the path to it is gone.
   ``fail_overdue`` then breaks the channel: every waiting batch fails with a
-  retriable network error and the producer opens a new stream. The old
-  stream's threads stay blocked until gRPC gives up on it (the stream's own
-  deadline), holding nothing the producer waits for.
+  retriable network error, the stream is cancelled (which ends both of its
+  threads at once, wherever they were blocked) and the producer opens a new
+  stream.
+
+The stream is an exchange rather than a ``do_put`` because only an exchange's
+client side can be cancelled in pyarrow: an abandoned ``do_put`` held its two
+threads until the stream's deadline, one pair per reconnect.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from ads_spark.records import PRODUCE_SCHEMA
 log = logging.getLogger("ads.client.channel")
 
 Callback = Callable[[Any, int | None, AdsError | None], None]
-STREAM_DEADLINE_S = 30 * 60.0  # bounds how long an abandoned stream's threads can stay blocked
+STREAM_DEADLINE_S = 30 * 60.0  # bounds a stream's life should cancelling it ever fail to end it
+CLOSE_WAIT_S = 5.0  # a closing channel's wait for its threads before it cancels the stream
 
 
 class BrokerChannel:
@@ -86,17 +91,21 @@ class BrokerChannel:
         return True
 
     def _open_stream(self) -> bool:
-        """The do_put stream, opened here and not by the producer's sender: towards a host that drops
+        """The stream, opened here and not by the producer's sender: towards a host that drops
         packets, connecting blocks until gRPC's connect timeout, and only this broker's batches may wait."""
         descriptor = flight.FlightDescriptor.for_command(wire.dumps({"type": wire.PRODUCE}))
         try:
-            writer, reader = self._client.do_put(descriptor, PRODUCE_SCHEMA,
-                                                 flight.FlightCallOptions(timeout=STREAM_DEADLINE_S))
+            writer, reader = self._client.do_exchange(descriptor, flight.FlightCallOptions(timeout=STREAM_DEADLINE_S))
+            writer.begin(PRODUCE_SCHEMA)
         except Exception as exc:
             self._fail_all(wire.to_ads_error(exc))
             return False
         with self._lock:
             self._writer, self._reader = writer, reader
+            broken = self.broken
+        if broken:  # broken while connecting: nobody else will cancel this stream
+            self._cancel_stream()
+            return False
         self._reader_thread.start()
         return True
 
@@ -120,9 +129,12 @@ class BrokerChannel:
     def _read_responses(self) -> None:
         try:
             while True:
-                buf = self._reader.read()
-                if buf is None:
+                try:
+                    buf = self._reader.read_chunk().app_metadata
+                except StopIteration:
                     break
+                if buf is None:
+                    continue
                 response = wire.loads(buf, "produce response")
                 with self._lock:
                     waiting = self._waiting.pop(response.get("correlation_id"), None)
@@ -138,28 +150,50 @@ class BrokerChannel:
             log.debug("produce stream to broker %s failed: %s", self.broker_id, exc)
         self._fail_all(NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}"))
 
-    def _fail_all(self, error: AdsError) -> None:
-        """Mark broken and fail every waiting batch (retriable: the producer resends on a new stream)."""
+    def _fail_all(self, error: AdsError, cancel_stream: bool = True) -> None:
+        """Mark broken and fail every waiting batch (retriable: the producer resends on a new stream).
+
+        ``cancel_stream`` also cuts the stream, so that threads blocked on it end now; a clean close
+        passes False and lets the broker end the stream once the client says it is done."""
         with self._lock:
             self.broken = True
             stranded, self._waiting = list(self._waiting.values()), {}
             self._outbox.clear()
             self._lock.notify_all()
+        if cancel_stream:
+            self._cancel_stream()
         for item, callback, _ in stranded:
             callback(item, None, error)
 
+    def _cancel_stream(self) -> None:
+        with self._lock:
+            reader = self._reader
+        if reader is not None:
+            try:
+                reader.cancel()  # gRPC's TryCancel: safe from any thread, a no-op on an ended call
+            except Exception:
+                log.debug("cancelling the produce stream to broker %s failed", self.broker_id, exc_info=True)
+
     def close(self) -> None:
-        self._fail_all(NetworkExceptionError(f"produce stream to broker {self.broker_id} closed"))
+        self._fail_all(NetworkExceptionError(f"produce stream to broker {self.broker_id} closed"),
+                       cancel_stream=False)
         self._writer_thread.join(1)
         if self._writer_thread.is_alive() or self._writer is None:
-            return  # blocked connecting to or writing to a broker that reads nothing: abandon it
+            self._cancel_stream()  # blocked writing to a broker that reads nothing
+            return
         try:
             self._writer.done_writing()
         except Exception:
             pass
         if self._reader_thread.is_alive():
-            self._reader_thread.join(5)
+            self._reader_thread.join(CLOSE_WAIT_S)
+        if self._reader_thread.is_alive():
+            self._cancel_stream()
         try:
             self._writer.close()
         except Exception:
             pass
+
+    def threads_alive(self) -> bool:
+        """Whether either of the stream's threads still runs (tests: an abandoned stream must not linger)."""
+        return self._writer_thread.is_alive() or self._reader_thread.is_alive()
