@@ -28,6 +28,7 @@ from pathlib import Path
 from ads_spark.chaos.checker import FAILED, OK, UNKNOWN, Attempt, NemesisWindow, check
 from ads_spark.client import Admin, Consumer, Producer, TopicPartition, wire
 from ads_spark.client.connection import Connections
+from ads_spark.client.producer_channel import live_stream_threads
 from ads_spark.cluster import LocalCluster
 from ads_spark.errors import ErrorCode
 
@@ -60,6 +61,7 @@ class Workload:
         self.attempts: list[Attempt] = []
         self.consumer_reads: list[tuple[int, int, bytes]] = []
         self.producing_stopped_s: float | None = None
+        self.produce_stream_threads_left = -1  # set by stop()
         self.error_examples: dict[str, str] = {}  # error type -> its first message (bounded by the types)
         self._stop = threading.Event()
         self._in_flight = [threading.Semaphore(SENDS_IN_FLIGHT_MAX // PARTITIONS) for _ in range(PARTITIONS)]
@@ -78,6 +80,8 @@ class Workload:
         self.producer.flush(30)
         self.producer.close(timeout=5)
         self.consumer.close()
+        # Every stream a fault broke must have ended too, not only the producer's last ones.
+        self.produce_stream_threads_left = live_stream_threads()
 
     def _produce(self) -> None:
         n = 0
@@ -269,7 +273,9 @@ def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s
                     nemesis.windows, (began, ended))
     stored = {value for rows in finals.values() for _, value in rows}
     lost = {a.value for a in workload.attempts if a.outcome == OK and a.value not in stored}
-    return {"verdict": {**verdict.to_json(), "healed": healed, "error_examples": workload.error_examples},
+    return {"verdict": {**verdict.to_json(), "healed": healed, "error_examples": workload.error_examples,
+                        "produce_streams_opened": workload.producer.streams_opened,
+                        "produce_stream_threads_left": workload.produce_stream_threads_left},
             "attempts": workload.attempts, "lost_values": lost,
             "windows": nemesis.windows, "began": began}
 

@@ -32,7 +32,8 @@ def chaos_run(args) -> int:
         raise InvalidRequestError(str(exc)) from None
     keys = ("acknowledged", "lost", "unseen", "duplicated", "inconsistent_offsets", "non_monotonic",
             "aborted_reads", "replica_divergence", "availability", "ok_share", "longest_outage_s",
-            "longest_outage_partition", "longest_outage_cause", "errors")
+            "longest_outage_partition", "longest_outage_cause", "errors", "produce_streams_opened",
+            "produce_stream_threads_left")
     print(" ".join(f"{k}={report[k]}" for k in keys))
     print(f"report: {Path(args.out) / 'report.json'} and report.png")
     return 0 if report["valid"] else 1

@@ -152,6 +152,7 @@ class Producer:
         self._in_flight: dict[tuple[str, int], int] = {}
         self._undelivered = 0
         self._channels: dict[int, BrokerChannel] = {}
+        self.streams_opened = 0  # produce streams opened over the producer's life: more than its brokers after faults
         self._sticky: dict[str, int] = {}
         self._sticky_bytes: dict[str, int] = {}  # produced to the topic's sticky partition since it was chosen
         self._round_robin = itertools.count()
@@ -455,6 +456,7 @@ class Producer:
             client = self._connections.client_for(address.host, address.port)
             channel = BrokerChannel(client, broker_id, self.request_timeout_ms + ANSWER_MARGIN_MS)
             self._channels[broker_id] = channel
+            self.streams_opened += 1
         return channel
 
     def _on_response(self, item: ProducerBatch, base_offset: int | None, error: AdsError | None) -> None:

@@ -48,6 +48,23 @@ STREAM_DEADLINE_S = 30 * 60.0  # bounds a stream's life should cancelling it eve
 CLOSE_WAIT_S = 5.0  # a closing channel's wait for its threads before it cancels the stream
 
 
+THREAD_NAME_PREFIX = "ads-produce-"
+STREAMS_ENDED_WAIT_S = 2.0  # how long live_stream_threads waits for ending streams before it counts
+
+
+def live_stream_threads(wait_s: float = STREAMS_ENDED_WAIT_S) -> int:
+    """The produce-stream threads still alive in this process, after up to ``wait_s`` for ending ones.
+
+    With every producer closed this must reach 0: a thread left over is a stream some channel
+    gave up on without ending it (the chaos runner reports the count)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = sum(1 for thread in threading.enumerate() if thread.name.startswith(THREAD_NAME_PREFIX))
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
 class BrokerChannel:
     def __init__(self, client: flight.FlightClient, broker_id: int, answer_deadline_ms: int):
         self.broker_id = broker_id
@@ -60,9 +77,11 @@ class BrokerChannel:
         self._lock = threading.Condition()
         self._client = client
         self._writer = self._reader = None  # opened by the writer thread: connecting may take long
-        self._reader_thread = threading.Thread(target=self._read_responses, name=f"ads-produce-{broker_id}",
+        self._threads_running = 1  # the writer thread, and the reader once the stream is open
+        self._stream_close = threading.Lock()  # done_writing and close never run at once
+        self._reader_thread = threading.Thread(target=self._read_responses, name=f"{THREAD_NAME_PREFIX}{broker_id}",
                                                daemon=True)
-        self._writer_thread = threading.Thread(target=self._write_batches, name=f"ads-produce-w{broker_id}",
+        self._writer_thread = threading.Thread(target=self._write_batches, name=f"{THREAD_NAME_PREFIX}w{broker_id}",
                                                daemon=True)
         self._writer_thread.start()
 
@@ -103,6 +122,8 @@ class BrokerChannel:
         with self._lock:
             self._writer, self._reader = writer, reader
             broken = self.broken
+            if not broken:
+                self._threads_running += 1
         if broken:  # broken while connecting: nobody else will cancel this stream
             self._cancel_stream()
             return False
@@ -110,8 +131,13 @@ class BrokerChannel:
         return True
 
     def _write_batches(self) -> None:
-        if not self._open_stream():
-            return
+        try:
+            if self._open_stream():
+                self._write_until_broken()
+        finally:
+            self._thread_ended()
+
+    def _write_until_broken(self) -> None:
         while True:
             with self._lock:
                 while not self._outbox and not self.broken:
@@ -149,6 +175,20 @@ class BrokerChannel:
         except Exception as exc:
             log.debug("produce stream to broker %s failed: %s", self.broker_id, exc)
         self._fail_all(NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}"))
+        self._thread_ended()
+
+    def _thread_ended(self) -> None:
+        """The last of the two threads out closes the stream, collecting its status: a stream left to
+        Arrow's destructor logs "Close() failed" on stderr when the broker was gone or it was cancelled."""
+        with self._lock:
+            self._threads_running -= 1
+            last, writer = self._threads_running == 0, self._writer
+        if last and writer is not None:
+            with self._stream_close:
+                try:
+                    writer.close()
+                except Exception:
+                    pass
 
     def _fail_all(self, error: AdsError, cancel_stream: bool = True) -> None:
         """Mark broken and fail every waiting batch (retriable: the producer resends on a new stream).
@@ -181,18 +221,15 @@ class BrokerChannel:
         if self._writer_thread.is_alive() or self._writer is None:
             self._cancel_stream()  # blocked writing to a broker that reads nothing
             return
-        try:
-            self._writer.done_writing()
-        except Exception:
-            pass
+        with self._stream_close:
+            try:
+                self._writer.done_writing()  # the broker answers what it has, then ends the stream
+            except Exception:
+                pass
         if self._reader_thread.is_alive():
             self._reader_thread.join(CLOSE_WAIT_S)
         if self._reader_thread.is_alive():
-            self._cancel_stream()
-        try:
-            self._writer.close()
-        except Exception:
-            pass
+            self._cancel_stream()  # the reader, last out, then closes the stream
 
     def threads_alive(self) -> bool:
         """Whether either of the stream's threads still runs (tests: an abandoned stream must not linger)."""

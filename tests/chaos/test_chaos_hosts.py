@@ -68,6 +68,8 @@ def test_jepsen_2013_schedule_loses_nothing_with_min_isr_2(tmp_path):
     assert (report["lost"], report["duplicated"], report["inconsistent_offsets"], report["non_monotonic"],
             report["aborted_reads"], report["replica_divergence"]) == (0, 0, 0, 0, 0, 0), report
     assert all(leader >= 0 and len(isr) == 3 for _, leader, isr in report["healed"]), report["healed"]
+    # every produce stream a fault broke has ended, not only the producer's last ones
+    assert report["produce_stream_threads_left"] == 0, report["produce_streams_opened"]
     assert [w[0].split()[-1] for w in report["nemesis_windows"]][:2] == ["brokers", "all"]
     assert (tmp_path / "report.png").stat().st_size > 10_000
     assert not [ns for ns in list_namespaces() if ns.startswith("adschaos-")]

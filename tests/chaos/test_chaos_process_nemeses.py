@@ -24,6 +24,8 @@ def test_short_run_loses_nothing(scenario, tmp_path):
     assert (report["lost"], report["duplicated"], report["inconsistent_offsets"], report["non_monotonic"],
             report["aborted_reads"], report["replica_divergence"]) == (0, 0, 0, 0, 0, 0), report
     assert json.loads((tmp_path / "report.json").read_text())["scenario"] == scenario
+    # every produce stream a fault broke has ended, not only the producer's last ones
+    assert report["produce_stream_threads_left"] == 0, report["produce_streams_opened"]
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
