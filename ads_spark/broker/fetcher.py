@@ -96,12 +96,16 @@ class FetcherThread(threading.Thread):
                 retry_at_s = {key: at for key, (_, at) in self._backoff.items()}
             requests = [(p, p.fetch_request()) for p in partitions if retry_at_s.get(p.key, 0.0) <= now_s]
             partitions = [(p, r) for p, r in requests if r is not None and r.leader == self.leader.broker_id]
+            next_retry_s = min((at for at in retry_at_s.values() if at > now_s), default=None)
             if not partitions:
-                next_retry_s = min((at for at in retry_at_s.values() if at > now_s), default=now_s + IDLE_WAIT_S)
-                self.stopping.wait(min(next_retry_s - now_s, IDLE_WAIT_S))
+                self.stopping.wait(IDLE_WAIT_S if next_retry_s is None else min(next_retry_s - now_s, IDLE_WAIT_S))
                 continue
+            # A partition backing off is fetched again when its backoff ends, not when this poll does.
+            wait_ms = config["replica.fetch.wait.max.ms"]
+            if next_retry_s is not None:
+                wait_ms = min(wait_ms, max(1, int((next_retry_s - now_s) * 1000)))
             try:
-                self._fetch_once(partitions)
+                self._fetch_once(partitions, wait_ms)
             except InvariantViolation as bug:  # the replica's state is not trustworthy: stop the broker
                 log.critical("replica fetcher for broker %s: %s", self.leader.broker_id, bug)
                 self.manager.on_fatal(str(bug))
@@ -129,10 +133,10 @@ class FetcherThread(threading.Thread):
                 pass
             self._client = None
 
-    def _fetch_once(self, partitions: list) -> None:
-        """One long-polling fetch for every partition followed on this leader, answers fed to the core."""
+    def _fetch_once(self, partitions: list, wait_ms: int) -> None:
+        """One fetch, parked at most ``wait_ms``, for every partition followed on this leader, answers fed
+        to the core."""
         config = self.manager.config
-        wait_ms = config["replica.fetch.wait.max.ms"]
         max_bytes = config["replica.fetch.max.bytes"]
         request = {
             "type": wire.FETCH, "replica_id": self.manager.broker_id, "broker_epoch": self.manager.broker_epoch(),
