@@ -46,8 +46,6 @@ log = logging.getLogger("ads.client.channel")
 Callback = Callable[[Any, int | None, AdsError | None], None]
 STREAM_DEADLINE_S = 30 * 60.0  # bounds a stream's life should cancelling it ever fail to end it
 CLOSE_WAIT_S = 5.0  # a closing channel's wait for its threads before it cancels the stream
-
-
 THREAD_NAME_PREFIX = "ads-produce-"
 STREAMS_ENDED_WAIT_S = 2.0  # how long live_stream_threads waits for ending streams before it counts
 
@@ -115,12 +113,17 @@ class BrokerChannel:
         descriptor = flight.FlightDescriptor.for_command(wire.dumps({"type": wire.PRODUCE}))
         try:
             writer, reader = self._client.do_exchange(descriptor, flight.FlightCallOptions(timeout=STREAM_DEADLINE_S))
+        except Exception as exc:
+            self._fail_all(wire.to_ads_error(exc))
+            return False
+        with self._lock:
+            self._writer, self._reader = writer, reader  # from here on, _fail_all cancels it
+        try:
             writer.begin(PRODUCE_SCHEMA)
         except Exception as exc:
             self._fail_all(wire.to_ads_error(exc))
             return False
         with self._lock:
-            self._writer, self._reader = writer, reader
             broken = self.broken
             if not broken:
                 self._threads_running += 1
