@@ -4,8 +4,8 @@
 when it reaches ``batch.size`` bytes or has waited ``linger.ms``.
 ``produce_arrow`` hands over a ready Arrow batch, after sealing the partition's
 open batch (one partition's writes are stored in call order, whichever call made
-them). A sender thread writes batches onto one long-lived Flight ``do_put``
-stream per broker (pipelined, at most ``max.in.flight.requests.per.connection``
+them). A sender thread writes batches onto one long-lived Flight ``do_exchange``
+stream per broker (``producer_channel.py``) (pipelined, at most ``max.in.flight.requests.per.connection``
 batches per partition) and completes each batch's futures when its response
 arrives. Batches queued behind a full window leave together, up to
 ``max.request.size`` bytes per request (``producer_batch.py``: the brokers' cost
@@ -34,19 +34,19 @@ import time
 import zlib
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import pyarrow as pa
 
 from ads_spark.client import wire
 from ads_spark.client.connection import Connections
-from ads_spark.client.delivery import BatchOutcome, DeliveryFuture, RecordMetadata
-from ads_spark.client.producer_batch import ProducerBatch, put_back, take_coalesced
+from ads_spark.client.delivery import DeliveryFuture, RecordMetadata
+from ads_spark.client.producer_batch import OpenBatch, ProducerBatch, put_back, take_coalesced
 from ads_spark.client.producer_channel import BrokerChannel
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
 )
-from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, conform_produce_batch, now_ms
+from ads_spark.records import conform_produce_batch, now_ms
 
 log = logging.getLogger("ads.client.producer")
 
@@ -66,39 +66,6 @@ REFUSED_BEFORE_APPEND = frozenset({
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.UNKNOWN_PRODUCER_ID,
     ErrorCode.CORRUPT_MESSAGE, ErrorCode.RECORD_TOO_LARGE,
 })
-
-
-class _OpenBatch:
-    """Records of one partition not sealed yet, column by column. The Arrow arrays are built when the batch
-    is first sent (``record_batch``, on the sender thread, outside the producer's lock: built under it,
-    at seal time, they kept ``produce()`` callers waiting on the lock, ~14% of the per-record path)."""
-
-    __slots__ = ("keys", "values", "headers", "timestamps_ms", "outcome", "size_bytes", "created_ms")
-
-    def __init__(self, topic: str, partition: int, created_ms: int):
-        self.keys: list = []
-        self.values: list = []
-        self.headers: list = []
-        self.timestamps_ms: list[int] = []
-        self.outcome = BatchOutcome(topic, partition, self.timestamps_ms)
-        self.size_bytes = 0
-        self.created_ms = created_ms
-
-    def record_batch(self, following: Sequence[_OpenBatch] = ()) -> pa.RecordBatch:
-        """These records, then ``following``'s, as one Arrow batch: a coalesced request's parts are built
-        together, not one by one and then concatenated (a second copy of every record)."""
-        def joined(column: str) -> list:
-            if not following:
-                return getattr(self, column)
-            values = list(getattr(self, column))
-            for batch in following:
-                values.extend(getattr(batch, column))
-            return values
-
-        return pa.RecordBatch.from_arrays(
-            [pa.array(joined("timestamps_ms"), pa.timestamp("ms")), _column(joined("keys"), pa.binary()),
-             _column(joined("values"), pa.binary()), _column(joined("headers"), HEADER_TYPE)],
-            schema=PRODUCE_SCHEMA)
 
 
 class Producer:
@@ -147,7 +114,7 @@ class Producer:
         # per-record cost); everything that waits or notifies uses the Condition over the same mutex.
         self._mutex = threading.Lock()
         self._lock = threading.Condition(self._mutex)
-        self._open: dict[tuple[str, int], _OpenBatch] = {}
+        self._open: dict[tuple[str, int], OpenBatch] = {}
         self._ready: dict[tuple[str, int], deque[ProducerBatch]] = {}
         self._in_flight: dict[tuple[str, int], int] = {}
         self._undelivered = 0
@@ -189,7 +156,7 @@ class Producer:
         if number is None:
             number = self._choose_partition(topic, key_bytes, partition)
         size = (len(value_bytes) if value_bytes else 0) + (len(key_bytes) if key_bytes else 0) + 16
-        if header_list:  # the batch's size is this estimate until it is built (``_OpenBatch``)
+        if header_list:  # the batch's size is this estimate until it is built (``OpenBatch``)
             size += sum(len(header["key"]) + len(header["value"] or b"") + 8 for header in header_list)
         created_ms = time.time_ns() // 1_000_000
         with self._mutex:
@@ -197,7 +164,7 @@ class Producer:
                 self._lock.wait_for(lambda: self._undelivered < BUFFERED_RECORDS_MAX or self._closed, timeout=60)
             batch = self._open.get((topic, number))
             if batch is None:
-                batch = self._open[(topic, number)] = _OpenBatch(topic, number, created_ms)
+                batch = self._open[(topic, number)] = OpenBatch(topic, number, created_ms)
                 asleep_until_ms = self._sender_asleep_until_ms
                 if asleep_until_ms is not None and created_ms + self.linger_ms < asleep_until_ms:
                     self._lock.notify_all()
@@ -520,14 +487,6 @@ def _expired(item: ProducerBatch, key: tuple[str, int], delivery_timeout_ms: int
     if item.last_error is None:
         return RequestTimedOutError(message)
     return error_for(item.last_error.code, f"{message}; last error: {item.last_error.message or item.last_error}")
-
-
-def _column(values: list, arrow_type: pa.DataType) -> pa.Array:
-    """An Arrow column of ``values``; all-null columns (no keys, no headers: the common case) without a scan
-    of Python objects by Arrow's converter."""
-    if values.count(None) == len(values):
-        return pa.nulls(len(values), arrow_type)
-    return pa.array(values, arrow_type)
 
 
 def _is_timestamp_ms(value) -> bool:
