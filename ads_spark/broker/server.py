@@ -252,34 +252,48 @@ class _MetadataAnswers:
 
 
 def _serve_produce_stream(broker, reader, writer) -> None:
-    """Read batches until the client closes its side; answer each one as it completes."""
+    """Read batches until the client closes its side; answer each one as it completes.
+
+    Answers come from other threads (acks=all completes when followers fetch). When the stream ends
+    (the client is done with it, cancelled it or died: the read ends alike) the handler waits for
+    the pending answers, but at most ``PRODUCE_DRAIN_TIMEOUT_S``. The call's writer is freed when the
+    handler returns, and writing to a freed Flight writer is a segfault (reproduced), so the handler
+    closes ``answering`` on every way out and a later answer is dropped: its records are appended
+    all the same, and the client retries what it has no answer for.
+    """
     write_lock = threading.Lock()
+    answering = [True]  # guarded by write_lock; False once this handler returns, for good
     outstanding = threading.Semaphore(PRODUCE_INFLIGHT_PER_STREAM_MAX)
     pending = [0]
     drained = threading.Condition()
 
     def respond(response: dict) -> None:
         with write_lock:
-            try:
-                writer.write(pa.py_buffer(wire.dumps(response)))
-            except Exception:  # the client went away; its requests are still appended and safe
-                log.debug("produce response not delivered", exc_info=True)
+            if answering[0]:
+                try:
+                    writer.write(pa.py_buffer(wire.dumps(response)))
+                except Exception:  # the client went away; its requests are still appended and safe
+                    log.debug("produce response not delivered", exc_info=True)
         with drained:
             pending[0] -= 1
             drained.notify_all()
         outstanding.release()
 
-    while True:
-        try:
-            chunk = reader.read_chunk()
-        except StopIteration:
-            break
-        outstanding.acquire()
+    try:
+        while True:
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                break
+            outstanding.acquire()
+            with drained:
+                pending[0] += 1
+            broker.handle_produce_chunk(chunk.data, chunk.app_metadata, respond)
         with drained:
-            pending[0] += 1
-        broker.handle_produce_chunk(chunk.data, chunk.app_metadata, respond)
-    with drained:
-        drained.wait_for(lambda: pending[0] == 0, timeout=PRODUCE_DRAIN_TIMEOUT_S)
+            drained.wait_for(lambda: pending[0] == 0, timeout=PRODUCE_DRAIN_TIMEOUT_S)
+    finally:
+        with write_lock:
+            answering[0] = False
 
 
 def error_response(correlation_id: Any, exc: Exception, where: str = "produce") -> dict:
