@@ -122,8 +122,11 @@ class FetchSession:
         if writer is not None:
             try:
                 writer.done_writing()
-                writer.close()
-            except Exception:  # the stream already failed; nothing to hand back
+            except Exception:  # the stream already failed (or was cancelled): close it all the same
+                pass
+            try:
+                writer.close()  # left to Arrow's destructor, a failed stream's close logs "Close() failed"
+            except Exception:
                 pass
 
     def close(self) -> None:
