@@ -16,7 +16,9 @@ FIRST_SEED = int(os.environ.get("ADS_SIM_FIRST_SEED", "0"))
 # Seeds outside the default window that once found a bug; always run, so each fix stays fixed.
 #   203695: a late fetch answer about an older log position truncated a follower below the HW.
 #   801232: the checker's invariant 4 took a member the leader was removing (restarted, data lost) as in sync.
-REGRESSION_SEEDS = (203695, 801232)
+#   521390: the rejection of an earlier, repeated ISR write dropped the expansion in flight; the HW passed the
+#           joining member, whose write then landed (HW > LEO of an ISR member).
+REGRESSION_SEEDS = (203695, 801232, 521390)
 
 
 def _seeds():

@@ -192,6 +192,26 @@ def test_isr_rejection_by_controller_in_same_term_refreshes():
     assert not s.fenced and s.isr == {1, 2} and s.partition_epoch == 6 and s.pending_isr is None
 
 
+def test_a_stale_rejection_does_not_drop_the_expansion_in_flight():
+    """seed 521390: the rejection of an earlier, repeated write arrived while an expansion was in flight; taken
+    as its answer, it dropped the expansion, the HW passed the joining member's log end, and the write then
+    landed with that member in the ISR."""
+    s = leader(min_isr=1, isr_=(1, 2))
+    s, _ = produce(s, 1, n=4)
+    s, _ = fetch(s, 2, 4)
+    s, _ = produce(s, 1, n=1)
+    s, eff = fetch(s, 3, 4, last_epoch=1)
+    (proposal,) = of(eff, P.ProposeIsr)
+    assert proposal.proposed.isr == (1, 2, 3) and proposal.proposed.partition_epoch == 5
+    stale = LeaderAndIsr(1, 1, (1, 2), (), 5)  # the znode at the very version this write is conditional on
+    s, eff = P.step(s, P.IsrUpdateRejected(stale, 1))
+    assert s.pending_isr is not None and s.pending_isr.proposed == proposal.proposed and not eff
+    s, _ = fetch(s, 2, 5)
+    assert s.high_watermark == 4  # 3, joining, is at 4: the HW waits for it
+    s, _ = P.step(s, P.IsrUpdateAccepted(LeaderAndIsr(1, 1, (1, 2, 3), (), 6), 2))
+    assert s.isr == {1, 2, 3} and s.high_watermark == 4
+
+
 def test_unanswered_isr_write_is_resent():
     s = leader(min_isr=1)
     s, _ = P.step(s, P.Tick(500))
