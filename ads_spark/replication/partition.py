@@ -389,9 +389,9 @@ def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
     pending = state.pending_isr
     if pending is not None and cur.partition_epoch == pending.proposed.partition_epoch:
         # Not the answer to the write in flight: a write conditional on that version cannot fail on it.
-        # It answers an earlier write sent twice (a retry, delivered late; simulation seed 521390): taken
-        # as this write's answer, it dropped the pending expansion, the HW passed the joining member,
-        # and then the write landed.
+        # It answers an earlier write (simulation seed 521390: a second copy of a write that had just
+        # succeeded): taken as this write's answer, it dropped the pending expansion, the HW passed the
+        # joining member, and then the write landed.
         return state, []
     if cur.leader == state.broker_id and cur.leader_epoch == state.leader_epoch:
         # Someone (the controller) changed the znode within our term: adopt it and decide again.
