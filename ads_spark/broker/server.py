@@ -237,8 +237,9 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool) -> None
 
 # In-flight acks=all produces per stream; the reader pauses past this (back-pressure).
 PRODUCE_INFLIGHT_PER_STREAM_MAX = 1024
-# After the client finishes sending, how long the stream may wait for outstanding acks.
-PRODUCE_DRAIN_TIMEOUT_S = 330
+# After the client finishes sending, the stream waits for its outstanding answers up to the longest a produce
+# may wait (request.timeout.ms.max: every request is answered by then) plus this margin (the tick that expires it).
+PRODUCE_DRAIN_MARGIN_S = 30.0
 
 
 class _MetadataAnswers:
@@ -256,11 +257,13 @@ def _serve_produce_stream(broker, reader, writer) -> None:
 
     Answers come from other threads (acks=all completes when followers fetch). When the stream ends
     (the client is done with it, cancelled it or died: the read ends alike) the handler waits for
-    the pending answers, but at most ``PRODUCE_DRAIN_TIMEOUT_S``. The call's writer is freed when the
-    handler returns, and writing to a freed Flight writer is a segfault (reproduced), so the handler
-    closes ``answering`` on every way out and a later answer is dropped: its records are appended
-    all the same, and the client retries what it has no answer for.
+    the pending answers, up to ``request.timeout.ms.max`` and a margin: every answer comes by then.
+    The call's writer is freed when the handler returns, and writing to a freed Flight writer is a
+    segfault (reproduced), so the handler closes ``answering`` on every way out and an answer that
+    still comes later is dropped: its records are appended all the same, and the client retries what
+    it has no answer for.
     """
+    drain_s = broker.config["request.timeout.ms.max"] / 1000 + PRODUCE_DRAIN_MARGIN_S
     write_lock = threading.Lock()
     answering = [True]  # guarded by write_lock; False once this handler returns, for good
     outstanding = threading.Semaphore(PRODUCE_INFLIGHT_PER_STREAM_MAX)
@@ -290,7 +293,7 @@ def _serve_produce_stream(broker, reader, writer) -> None:
                 pending[0] += 1
             broker.handle_produce_chunk(chunk.data, chunk.app_metadata, respond)
         with drained:
-            drained.wait_for(lambda: pending[0] == 0, timeout=PRODUCE_DRAIN_TIMEOUT_S)
+            drained.wait_for(lambda: pending[0] == 0, timeout=drain_s)
     finally:
         with write_lock:
             answering[0] = False

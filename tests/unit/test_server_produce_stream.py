@@ -2,9 +2,9 @@
 
 acks=all answers come from other threads once followers have fetched. A stream that ends (the client is
 done, cancelled it or died: the read ends alike) waits for its pending answers, but only for the drain
-timeout; an answer after that found the call's writer freed, and writing to a freed Flight writer is a
-segfault. The child process shortens the drain timeout to 0.1 s and a stand-in broker answers each batch
-300 ms after it arrives; the Flight server is the real one. In a child, so that a crash fails this test
+(request.timeout.ms.max and a margin); an answer after that found the call's writer freed, and writing to
+a freed Flight writer is a segfault. The child process shortens the drain to 0.1 s and a stand-in broker
+answers each batch 300 ms after it arrives; the Flight server is the real one. In a child, so that a crash fails this test
 instead of killing the test run.
 """
 
@@ -23,11 +23,13 @@ CHILD = textwrap.dedent(f"""
     import pyarrow as pa, pyarrow.flight as flight
     from ads_spark.broker import server as server_module
     from ads_spark.broker.server import BrokerFlightServer
-    server_module.PRODUCE_DRAIN_TIMEOUT_S = 0.1
+    server_module.PRODUCE_DRAIN_MARGIN_S = 0.1
     from ads_spark.client import wire
     from ads_spark.records import PRODUCE_SCHEMA
 
     class LateBroker:
+        config = {{"request.timeout.ms.max": 0}}  # with the margin above: a 0.1 s drain
+
         def __init__(self):
             self.answered = 0
             self.lock = threading.Lock()
