@@ -5,7 +5,8 @@
   follower's previous fetch (Kafka's rule, so a steady stream of produces does
   not make a keeping-up follower look lagging).
 * Shrink: an ISR member not caught up for ``replica.lag.time.max.ms``, or whose
-  broker epoch changed (it restarted, and may have lost an unflushed tail).
+  broker epoch changed (it restarted, and may have lost an unflushed tail), or
+  whose log ends below the HW (``behind_high_watermark``).
 * Expand: a non-ISR replica (never an observer) whose LEO >= HW and >= the
   start offset of the current leader epoch (so it has truncated to this
   leader's history) and who fetched with its current broker epoch.
@@ -59,6 +60,25 @@ def out_of_sync(state: PartitionState, now_ms: int) -> frozenset[int]:
             continue
         prog = state.progress.get(replica)
         if prog is None or now_ms - prog.last_caught_up_ms > lag_max:
+            out.add(replica)
+    return frozenset(out)
+
+
+def behind_high_watermark(state: PartitionState) -> frozenset[int]:
+    """ISR members (not the leader), heard from in their current incarnation, whose log ends below the HW.
+
+    Only a follower back from a crash that lost part of the committed records gets there: while it is
+    in the ISR, the HW never passes its log end. Its restart alone removes it (``restarted`` in
+    partition.py), but only when no other ISR write is in flight; and a write adding it may land after
+    it restarted (simulation seed 1034869). It must leave the ISR, and not for the ELR.
+    """
+    out = set()
+    for replica in state.isr:
+        if replica == state.broker_id:
+            continue
+        prog = state.progress.get(replica)
+        if (prog is not None and prog.broker_epoch != UNKNOWN_BROKER_EPOCH
+                and prog.log_end_offset < state.high_watermark):
             out.add(replica)
     return frozenset(out)
 

@@ -230,9 +230,11 @@ def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
     effects: list[Effect] = []
     restarted = old_prog.broker_epoch >= 0 and event.broker_epoch > old_prog.broker_epoch
     if new.pending_isr is None:
+        leaving = isr.behind_high_watermark(new)
         if restarted and event.replica_id in new.isr:
-            new, proposed = isr.proposal(new, new.isr - {event.replica_id}, event.now_ms,
-                                         ineligible=frozenset({event.replica_id}))
+            leaving |= {event.replica_id}
+        if leaving:
+            new, proposed = isr.proposal(new, new.isr - leaving, event.now_ms, ineligible=leaving)
             effects.append(ProposeIsr(proposed, proposed.partition_epoch))
         elif isr.may_join(new, event.replica_id):
             new, proposed = isr.proposal(new, new.isr | {event.replica_id}, event.now_ms)
@@ -364,12 +366,21 @@ def _on_tick(state: PartitionState, now_ms: int):
             new = evolve(state, pending_isr=evolve(pending, sent_at_ms=now_ms))
             effects.append(ProposeIsr(pending.proposed, pending.proposed.partition_epoch))
     else:
-        lagging = isr.out_of_sync(state, now_ms)
-        if lagging:
-            new, proposed = isr.proposal(state, state.isr - lagging, now_ms)
+        lagging, behind = isr.out_of_sync(state, now_ms), isr.behind_high_watermark(state)
+        if lagging or behind:
+            new, proposed = isr.proposal(state, state.isr - lagging - behind, now_ms, ineligible=behind)
             effects.append(ProposeIsr(proposed, proposed.partition_epoch))
     new, more = _settle(state, new, now_ms)
     return new, effects + more
+
+
+def _remove_behind(state: PartitionState, now_ms: int) -> tuple[PartitionState, list[Effect]]:
+    """Right after an ISR is adopted: propose removing the members below the HW (``isr.behind_high_watermark``)."""
+    behind = isr.behind_high_watermark(state)
+    if not behind or state.pending_isr is not None:
+        return state, []
+    new, proposed = isr.proposal(state, state.isr - behind, now_ms, ineligible=behind)
+    return new, [ProposeIsr(proposed, proposed.partition_epoch)]
 
 
 def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
@@ -379,7 +390,9 @@ def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
         return state, []  # an answer to an older term or a repeat
     new = evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
                  pending_isr=None)
-    return _settle(state, new, event.now_ms)
+    new, effects = _remove_behind(new, event.now_ms)
+    new, more = _settle(state, new, event.now_ms)
+    return new, effects + more
 
 
 def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
@@ -402,7 +415,9 @@ def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
         if state.broker_id not in new.isr:
             new, done = roles.fence(new)
             return new, _completions(done)
-        return _settle(state, new, event.now_ms)
+        new, effects = _remove_behind(new, event.now_ms)
+        new, more = _settle(state, new, event.now_ms)
+        return new, effects + more
     new, done = roles.fence(state)
     return new, _completions(done)
 

@@ -18,7 +18,9 @@ FIRST_SEED = int(os.environ.get("ADS_SIM_FIRST_SEED", "0"))
 #   801232: the checker's invariant 4 took a member the leader was removing (restarted, data lost) as in sync.
 #   521390: the rejection of an earlier, repeated ISR write dropped the expansion in flight; the HW passed the
 #           joining member, whose write then landed (HW > LEO of an ISR member).
-REGRESSION_SEEDS = (203695, 801232, 521390)
+#   1034869: a follower restarted below the HW while the write adding it to the ISR was in flight; the write
+#           landed and nothing removed it.
+REGRESSION_SEEDS = (203695, 801232, 521390, 1034869)
 
 
 def _seeds():

@@ -212,6 +212,25 @@ def test_a_stale_rejection_does_not_drop_the_expansion_in_flight():
     assert s.isr == {1, 2, 3} and s.high_watermark == 4
 
 
+def test_a_member_that_restarted_behind_the_hw_leaves_once_the_write_adding_it_lands():
+    """seed 1034869: a follower restarted (losing part of what it had fetched) while the write adding it to the
+    ISR was in flight; the write landed, and nothing removed it, below the HW, from the ISR."""
+    s = leader(min_isr=1, isr_=(1,))
+    s, _ = produce(s, 1, n=4)
+    s, eff = fetch(s, 2, 4, broker_epoch=10)
+    assert of(eff, P.ProposeIsr)[0].proposed.isr == (1, 2)
+    s, _ = produce(s, 1, n=2)
+    s, _ = fetch(s, 2, 6, broker_epoch=10)
+    assert s.high_watermark == 6
+    s, eff = fetch(s, 2, 4, broker_epoch=11)  # back from a crash that lost offsets 4 and 5
+    assert not of(eff, P.ProposeIsr)  # the expansion is still in flight
+    s, eff = P.step(s, P.IsrUpdateAccepted(LeaderAndIsr(1, 1, (1, 2), (), 6), 1))
+    assert s.isr == {1, 2}
+    (removal,) = of(eff, P.ProposeIsr)
+    assert removal.proposed.isr == (1,) and removal.proposed.partition_epoch == 6
+    assert s.pending_isr is not None and s.high_watermark == 6
+
+
 def test_unanswered_isr_write_is_resent():
     s = leader(min_isr=1)
     s, _ = P.step(s, P.Tick(500))
