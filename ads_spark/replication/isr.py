@@ -68,9 +68,9 @@ def behind_high_watermark(state: PartitionState) -> frozenset[int]:
     """ISR members (not the leader), heard from in their current incarnation, whose log ends below the HW.
 
     Only a follower back from a crash that lost part of the committed records gets there: while it is
-    in the ISR, the HW never passes its log end. Its restart alone removes it (``restarted`` in
-    partition.py), but only when no other ISR write is in flight; and a write adding it may land after
-    it restarted (simulation seed 1034869). It must leave the ISR, and not for the ELR.
+    in the ISR, the HW never passes its log end. Its restart removes it at its first fetch, but only
+    when no other ISR write is in flight; and a write adding it may land after it restarted
+    (simulation seed 1034869). It must leave the ISR, and not for the ELR (``_propose_removal``).
     """
     out = set()
     for replica in state.isr:

@@ -230,12 +230,8 @@ def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
     effects: list[Effect] = []
     restarted = old_prog.broker_epoch >= 0 and event.broker_epoch > old_prog.broker_epoch
     if new.pending_isr is None:
-        leaving = isr.behind_high_watermark(new)
         if restarted and event.replica_id in new.isr:
-            leaving |= {event.replica_id}
-        if leaving:
-            new, proposed = isr.proposal(new, new.isr - leaving, event.now_ms, ineligible=leaving)
-            effects.append(ProposeIsr(proposed, proposed.partition_epoch))
+            new, effects = _propose_removal(new, event.now_ms, lost=frozenset({event.replica_id}))
         elif isr.may_join(new, event.replica_id):
             new, proposed = isr.proposal(new, new.isr | {event.replica_id}, event.now_ms)
             effects.append(ProposeIsr(proposed, proposed.partition_epoch))
@@ -366,20 +362,24 @@ def _on_tick(state: PartitionState, now_ms: int):
             new = evolve(state, pending_isr=evolve(pending, sent_at_ms=now_ms))
             effects.append(ProposeIsr(pending.proposed, pending.proposed.partition_epoch))
     else:
-        lagging, behind = isr.out_of_sync(state, now_ms), isr.behind_high_watermark(state)
-        if lagging or behind:
-            new, proposed = isr.proposal(state, state.isr - lagging - behind, now_ms, ineligible=behind)
-            effects.append(ProposeIsr(proposed, proposed.partition_epoch))
+        new, effects = _propose_removal(state, now_ms, lagging=isr.out_of_sync(state, now_ms),
+                                        lost=isr.behind_high_watermark(state))
     new, more = _settle(state, new, now_ms)
     return new, effects + more
 
 
-def _remove_behind(state: PartitionState, now_ms: int) -> tuple[PartitionState, list[Effect]]:
-    """Right after an ISR is adopted: propose removing the members below the HW (``isr.behind_high_watermark``)."""
-    behind = isr.behind_high_watermark(state)
-    if not behind or state.pending_isr is not None:
+def _propose_removal(state: PartitionState, now_ms: int, lagging: frozenset[int] = frozenset(),
+                     lost: frozenset[int] = frozenset()) -> tuple[PartitionState, list[Effect]]:
+    """The one way a leader shrinks its ISR: propose it without ``lagging`` (they may join the ELR) and
+    ``lost`` (members that may lack committed records: a restart, or a log end below the HW; never the
+    ELR). Nothing when both are empty or a write is already in flight.
+
+    Members below the HW are looked for on a tick and right after an ISR is adopted, not on every
+    fetch: a member gets there only by a restart, which its own fetch reports, and a restart seen
+    while a write is in flight is found when that write's answer is adopted (seed 1034869)."""
+    if (not lagging and not lost) or state.pending_isr is not None:
         return state, []
-    new, proposed = isr.proposal(state, state.isr - behind, now_ms, ineligible=behind)
+    new, proposed = isr.proposal(state, state.isr - lagging - lost, now_ms, ineligible=lost)
     return new, [ProposeIsr(proposed, proposed.partition_epoch)]
 
 
@@ -390,7 +390,7 @@ def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
         return state, []  # an answer to an older term or a repeat
     new = evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
                  pending_isr=None)
-    new, effects = _remove_behind(new, event.now_ms)
+    new, effects = _propose_removal(new, event.now_ms, lost=isr.behind_high_watermark(new))
     new, more = _settle(state, new, event.now_ms)
     return new, effects + more
 
@@ -415,7 +415,7 @@ def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
         if state.broker_id not in new.isr:
             new, done = roles.fence(new)
             return new, _completions(done)
-        new, effects = _remove_behind(new, event.now_ms)
+        new, effects = _propose_removal(new, event.now_ms, lost=isr.behind_high_watermark(new))
         new, more = _settle(state, new, event.now_ms)
         return new, effects + more
     new, done = roles.fence(state)
