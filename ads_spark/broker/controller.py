@@ -144,7 +144,7 @@ class Controller(ReassignmentRuntime):
         # So are live brokers whose unclean start no controller has applied yet (one may have died first).
         unclean = self._unapplied_unclean_starts(set(self.live))
         self._apply_unclean_aware(election.on_brokers_changed(
-            self.states.values(), frozenset(self.live), frozenset(named - set(self.live)) | frozenset(unclean),
+            self._decision_views(self.states.values()), frozenset(self.live), frozenset(named - set(self.live)) | frozenset(unclean),
             unclean_restarted=frozenset(unclean), controller_epoch=self.epoch), unclean)
         self._push_all()
         self._on_reassignment()  # resume one that a previous controller left running
@@ -168,7 +168,7 @@ class Controller(ReassignmentRuntime):
             topic, number, tuple(int(r) for r in replicas),
             tuple(int(r) for r in self.topics.get(topic, {}).get("observers", {}).get(number, ())),
             LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
-                         versioned.zk_version, state.controller_epoch),
+                         versioned.zk_version, state.controller_epoch, state.isr_broker_epochs),
             **self._topic_settings(topic),
         )
 
@@ -196,7 +196,7 @@ class Controller(ReassignmentRuntime):
         # Back after an unclean shutdown (KIP-966): it may have lost its unflushed tail, so it leaves
         # every ELR too and leads again only after rejoining the ISR.
         unclean = self._unapplied_unclean_starts(arrived)
-        decisions = election.on_brokers_changed(self.states.values(), frozenset(self.live),
+        decisions = election.on_brokers_changed(self._decision_views(self.states.values()), frozenset(self.live),
                                                 frozenset(gone | set(unclean)), unclean_restarted=frozenset(unclean),
                                                 controller_epoch=self.epoch)
         self._apply_unclean_aware(decisions, unclean)
@@ -262,6 +262,17 @@ class Controller(ReassignmentRuntime):
 
     # ---- decisions ---------------------------------------------------------------------
 
+    def _decision_view(self, view: PartitionView) -> PartitionView:
+        """What a decision may take ``view`` as: without ISR members restarted since the ISR was written."""
+        return election.without_restarted_members(view, self._live_broker_epochs())
+
+    def _decision_views(self, views) -> list[PartitionView]:
+        live_broker_epochs = self._live_broker_epochs()
+        return [election.without_restarted_members(view, live_broker_epochs) for view in views]
+
+    def _live_broker_epochs(self) -> dict[int, int]:
+        return {b: int(info["broker_epoch"]) for b, info in self.live.items() if "broker_epoch" in info}
+
     def _unapplied_unclean_starts(self, brokers: set) -> dict[int, str | None]:
         """Of ``brokers``, those whose unclean start no controller has applied (``election``); the
         applied incarnations live in ZooKeeper, so this holds across controller fail-overs."""
@@ -283,7 +294,7 @@ class Controller(ReassignmentRuntime):
         live = frozenset(self.live)
         decisions = []
         for key in sorted(keys):
-            view = self.states[key]
+            view = self._decision_view(self.states[key])
             if view.state.leader in live:
                 continue
             decision = election.elect(view, live, self.epoch, reason="offline partition")
@@ -299,7 +310,9 @@ class Controller(ReassignmentRuntime):
             return set()
         started = time.monotonic()
         changes = [(d.topic, d.partition, {"leader": d.new_state.leader, "leader_epoch": d.new_state.leader_epoch,
-                                           "isr": list(d.new_state.isr), "elr": list(d.new_state.elr)},
+                                           "isr": list(d.new_state.isr), "elr": list(d.new_state.elr),
+                                           "isr_broker_epochs": {str(member): epoch for member, epoch
+                                                                 in d.new_state.isr_broker_epochs}},
                     d.expected_partition_epoch) for d in decisions]
         results = self.zk.write_partition_states(self.epoch, self.epoch_version, changes)
         changed = set()
@@ -418,7 +431,7 @@ class Controller(ReassignmentRuntime):
         if live is None or int(live.get("broker_epoch", -1)) != broker_epoch:
             return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH),
                     "message": f"broker {broker_id} epoch {broker_epoch} is not the registered incarnation"}
-        views = [v for v in self.states.values() if broker_id in v.replicas]
+        views = self._decision_views(v for v in self.states.values() if broker_id in v.replicas)
         plan = election.controlled_shutdown(views, broker_id, frozenset(self.live), self.epoch, force=force)
         self._apply_decisions(list(plan.decisions))
         self._push_metadata_everywhere()
@@ -448,7 +461,7 @@ class Controller(ReassignmentRuntime):
         live = frozenset(self.live)
         results, decisions = [], []
         for key in sorted(self.states) if keys is None else keys:
-            view = self.states.get(key)
+            view = None if key not in self.states else self._decision_view(self.states[key])
             item = {"topic": key[0], "partition": key[1], "error_code": 0}
             if view is None:
                 item.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), message="no such partition")

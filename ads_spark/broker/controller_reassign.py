@@ -56,7 +56,8 @@ class ReassignmentRuntime:
         live = frozenset(self.live)
         for key, target in list(self.reassignments.items()):
             view = self.states.get(key)
-            decision = None if view is None else reassignment.complete(view, target, live, self.epoch)
+            decision = None if view is None else reassignment.complete(self._decision_view(view), target, live,
+                                                                       self.epoch)
             if decision is None:
                 continue
             removed = [r for r in view.replicas if r not in target]

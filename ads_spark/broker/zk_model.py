@@ -120,11 +120,14 @@ class PartitionStateZnode:
     last_known_elr: tuple[int, ...] = ()
     controller_epoch: int = 0
     partition_epoch: int = 0
+    # (member, broker epoch) pairs, as LeaderAndIsr.isr_broker_epochs; JSON {"<member>": epoch}.
+    isr_broker_epochs: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> bytes:
         value = asdict(self)
         for key in ("isr", "elr", "last_known_elr"):
             value[key] = list(value[key])
+        value["isr_broker_epochs"] = {str(member): epoch for member, epoch in self.isr_broker_epochs}
         return encode_json(value)
 
     @classmethod
@@ -137,6 +140,8 @@ class PartitionStateZnode:
             last_known_elr=tuple(int(b) for b in value.get("last_known_elr") or ()),
             controller_epoch=int(value.get("controller_epoch", 0)),
             partition_epoch=int(value.get("partition_epoch", 0)),
+            isr_broker_epochs=tuple(sorted((int(member), int(epoch))
+                                           for member, epoch in (value.get("isr_broker_epochs") or {}).items())),
         )
 
     @classmethod
@@ -145,8 +150,9 @@ class PartitionStateZnode:
 
     def same_decision(self, other: "PartitionStateZnode") -> bool:
         """Equal in everything but the bookkeeping epochs the adapter stamps."""
-        return (self.leader, self.leader_epoch, self.isr, self.elr, self.last_known_elr) == (
-            other.leader, other.leader_epoch, other.isr, other.elr, other.last_known_elr)
+        return (self.leader, self.leader_epoch, self.isr, self.elr, self.last_known_elr,
+                self.isr_broker_epochs) == (other.leader, other.leader_epoch, other.isr, other.elr,
+                                            other.last_known_elr, other.isr_broker_epochs)
 
 
 class VersionedPartitionState(NamedTuple):

@@ -12,6 +12,8 @@ Order of choice (ARCHITECTURE.md invariant 7, KIP-966):
 A broker that restarted after an unclean shutdown is ``ineligible``: it leaves
 ISR and ELR and may lead again only after it caught up and the leader
 re-admitted it to the ISR (a replica that lost data re-syncs fully first).
+An ISR member registered under another broker epoch than the leader's ISR write
+recorded for it is no candidate either (``without_restarted_members``).
 
 Every change bumps ``partition_epoch`` (the znode version the write is
 conditional on) and a new leader bumps ``leader_epoch``. ``on_brokers_changed``
@@ -22,7 +24,7 @@ batches.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ads_spark.errors import ErrorCode
 from ads_spark.replication.isr import next_elr
@@ -93,8 +95,26 @@ def _decide(view: PartitionView, isr: frozenset[int], elr: frozenset[int], leade
         elr=tuple(sorted(elr - isr)),
         partition_epoch=cur.partition_epoch + 1,
         controller_epoch=controller_epoch,
+        isr_broker_epochs=tuple(pair for pair in cur.isr_broker_epochs if pair[0] in isr),
     )
     return Decision(view.topic, view.partition, new, cur.partition_epoch, unclean, reason)
+
+
+def without_restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]) -> PartitionView:
+    """``view`` without the ISR members registered under another broker epoch than the ISR write recorded.
+
+    Apply it to every view before deciding. Such a member restarted after the leader last heard from it.
+    The restart may have lost records the HW covered: the leader's write adding it can land after the
+    restart, and after the controller took the restarted broker out of every ISR (simulation seed
+    1034869). So it is no candidate, and it does not go to the ELR either. A decision for the partition
+    writes the ISR without it; its leader removes it as well once its fetches show the new epoch.
+    """
+    cur = view.state
+    restarted = frozenset(member for member, recorded in cur.isr_broker_epochs
+                          if member in cur.isr and live_broker_epochs.get(member, recorded) != recorded)
+    if not restarted:
+        return view
+    return replace(view, state=replace(cur, isr=tuple(r for r in cur.isr if r not in restarted)))
 
 
 def elect(view: PartitionView, live: frozenset[int], controller_epoch: int,

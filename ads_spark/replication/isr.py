@@ -10,6 +10,10 @@
 * Expand: a non-ISR replica (never an observer) whose LEO >= HW and >= the
   start offset of the current leader epoch (so it has truncated to this
   leader's history) and who fetched with its current broker epoch.
+* Every write records the broker epoch of each follower it names
+  (``known_broker_epochs``). A member whose fetches carry a newer one once the
+  write is adopted restarted meanwhile and leaves (``restarted_since_recorded``);
+  the controller does not elect it meanwhile (election.py).
 * ELR (KIP-966): replicas removed while the ISR is below min ISR join the ELR;
   a replica that joins the ISR leaves it; the ELR empties once the ISR reaches
   min ISR again. ``next_elr`` is shared with the controller's election.py.
@@ -83,6 +87,33 @@ def behind_high_watermark(state: PartitionState) -> frozenset[int]:
     return frozenset(out)
 
 
+def restarted_since_recorded(state: PartitionState, written: LeaderAndIsr) -> frozenset[int]:
+    """ISR members (not the leader) that fetched with a newer broker epoch than ``written`` recorded.
+
+    The write named an incarnation the member has since replaced: a restart seen while the write was in
+    flight. The restart may have lost records the HW covers, so the member leaves, as at a restart seen
+    with no write in flight; its next fetch may add it back under its new epoch.
+    """
+    out = set()
+    for replica in state.isr:
+        recorded = written.recorded_broker_epoch(replica)
+        prog = state.progress.get(replica)
+        if (replica != state.broker_id and recorded is not None and prog is not None
+                and prog.broker_epoch > recorded):
+            out.add(replica)
+    return frozenset(out)
+
+
+def known_broker_epochs(state: PartitionState, members: frozenset[int]) -> tuple[tuple[int, int], ...]:
+    """The incarnation of each follower in ``members`` that this leader has heard from, for the write."""
+    pairs = []
+    for member in sorted(members):
+        prog = state.progress.get(member)
+        if member != state.broker_id and prog is not None and prog.broker_epoch != UNKNOWN_BROKER_EPOCH:
+            pairs.append((member, prog.broker_epoch))
+    return tuple(pairs)
+
+
 def may_join(state: PartitionState, replica: int) -> bool:
     """Whether ``replica`` qualifies to be added to the ISR now."""
     if replica in state.isr or replica in state.observers or replica not in state.replicas:
@@ -115,6 +146,7 @@ def proposal(state: PartitionState, new_isr: frozenset[int], now_ms: int,
         isr=tuple(sorted(new_isr)),
         elr=tuple(sorted(elr)),
         partition_epoch=state.partition_epoch,
+        isr_broker_epochs=known_broker_epochs(state, new_isr),
     )
     pending = PendingIsrChange(proposed=proposed, maximal_isr=state.isr | new_isr, sent_at_ms=now_ms)
     return evolve(state, pending_isr=pending), proposed

@@ -35,6 +35,7 @@ from ads_spark.replication import acks, dedupe, epochs, hw, isr, roles
 from ads_spark.replication.state import (
     FollowerProgress,
     PartitionConfig,
+    LeaderAndIsr,
     PartitionState,
     PendingProduce,
     Role,
@@ -383,6 +384,12 @@ def _propose_removal(state: PartitionState, now_ms: int, lagging: frozenset[int]
     return new, [ProposeIsr(proposed, proposed.partition_epoch)]
 
 
+def _lost_members(adopted: PartitionState, written: LeaderAndIsr) -> frozenset[int]:
+    """Members of a just-adopted ISR that may lack committed records: below the HW, or restarted since
+    the write recorded their incarnation (a restart seen while that write was in flight)."""
+    return isr.behind_high_watermark(adopted) | isr.restarted_since_recorded(adopted, written)
+
+
 def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
     lai = event.leader_and_isr
     if (state.role is not Role.LEADER or state.fenced or lai.leader != state.broker_id
@@ -390,7 +397,7 @@ def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
         return state, []  # an answer to an older term or a repeat
     new = evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
                  pending_isr=None)
-    new, effects = _propose_removal(new, event.now_ms, lost=isr.behind_high_watermark(new))
+    new, effects = _propose_removal(new, event.now_ms, lost=_lost_members(new, lai))
     new, more = _settle(state, new, event.now_ms)
     return new, effects + more
 
@@ -415,7 +422,7 @@ def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
         if state.broker_id not in new.isr:
             new, done = roles.fence(new)
             return new, _completions(done)
-        new, effects = _propose_removal(new, event.now_ms, lost=isr.behind_high_watermark(new))
+        new, effects = _propose_removal(new, event.now_ms, lost=_lost_members(new, cur))
         new, more = _settle(state, new, event.now_ms)
         return new, effects + more
     new, done = roles.fence(state)

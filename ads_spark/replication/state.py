@@ -91,6 +91,17 @@ class LeaderAndIsr:
     elr: tuple[int, ...] = ()  # disjoint from isr; non-empty only while len(isr) < min ISR
     partition_epoch: int = 0  # znode version
     controller_epoch: int = 0  # epoch of the controller that last wrote it
+    # (member, broker epoch) sorted by member: the incarnation of each ISR member the leader last heard
+    # from when it wrote this ISR (KIP-903's broker epochs in AlterPartition). A member that registered
+    # since with another epoch may have lost records the HW covered, so the controller does not elect it
+    # (election.without_restarted_members). A member without an entry is not checked (unknown).
+    isr_broker_epochs: tuple[tuple[int, int], ...] = ()
+
+    def recorded_broker_epoch(self, member: int) -> int | None:
+        for recorded_member, broker_epoch in self.isr_broker_epochs:
+            if recorded_member == member:
+                return broker_epoch
+        return None
 
 
 @dataclass(frozen=True, slots=True)

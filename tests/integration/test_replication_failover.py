@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from ads_spark.broker.zk import ZkClient
 from ads_spark.client import Admin, Producer
 from ads_spark.errors import AdsError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from tests.fixtures.cluster import metric_values, read_all
@@ -144,6 +145,15 @@ def test_failover_min_isr_resync_and_verify(fresh_cluster, topic_name, record_pr
     cluster.start_broker(old_leader)
     cluster.start_broker(follower)
     wait_until(lambda: sorted(leader_of(admin, topic_name)[1]) == [1, 2, 3], what="the ISR to grow back to 3")
+    # The write that re-admitted them names the incarnations the leader heard from, which the controller
+    # checks before it elects one (a member that restarted since may lack committed records).
+    zk = ZkClient(cluster.zookeeper_connect).connect()
+    try:
+        recorded = dict(zk.read_partition_state(topic_name, 0).state.isr_broker_epochs)
+        registered = {b: int(info["broker_epoch"]) for b, info in zk.live_brokers().items()}
+    finally:
+        zk.close()
+    assert recorded == {b: registered[b] for b in (old_leader, follower)}
     # The same idempotent producer writes again: the refused batch's sequence numbers are not a hole
     # the leader waits for (the producer bumped its epoch for the partition and renumbered).
     after = refused.produce(topic_name, value=b"after-refusal", partition=0)

@@ -212,10 +212,12 @@ def test_conditional_isr_update(make_client):
     leader = make_client()
     _topic(leader)
     seen = leader.read_partition_state("orders", 0)
-    shrunk = PartitionStateZnode(1, seen.state.leader_epoch, (1, 2), controller_epoch=seen.state.controller_epoch)
+    shrunk = PartitionStateZnode(1, seen.state.leader_epoch, (1, 2), controller_epoch=seen.state.controller_epoch,
+                                 isr_broker_epochs=((2, 4294967301),))
     new_version = leader.update_isr("orders", 0, shrunk, seen.zk_version)
     assert new_version == seen.zk_version + 1
-    assert leader.read_partition_state("orders", 0).state.isr == (1, 2)
+    written = leader.read_partition_state("orders", 0).state
+    assert written.isr == (1, 2) and written.isr_broker_epochs == ((2, 4294967301),)
     assert leader.take_isr_change_notifications() == [("orders", 0)]
     assert leader.take_isr_change_notifications() == []
     # The same decision written again on the old version is recognised as already done.
@@ -224,6 +226,10 @@ def test_conditional_isr_update(make_client):
     result = leader.update_isr("orders", 0, dataclass_replace(shrunk, isr=(1,)), seen.zk_version)
     assert isinstance(result, StaleVersion)
     assert result.current.zk_version == new_version and result.current.state.isr == (1, 2)
+    # So is the same ISR naming another incarnation of a member (it restarted in between).
+    result = leader.update_isr("orders", 0, dataclass_replace(shrunk, isr_broker_epochs=((2, 4294967399),)),
+                               seen.zk_version)
+    assert isinstance(result, StaleVersion)
 
 
 def dataclass_replace(state, **changes):

@@ -163,6 +163,7 @@ class Checker:
 
     def after_step(self) -> None:
         self.step_no += 1
+        electable = self._electable_members()
         for p in self.cluster.zk.partitions:
             leader = self.cluster.leader_state(p)
             if leader is None or p in self.unclean:
@@ -171,6 +172,32 @@ class Checker:
                 if disk.end_offset < leader.high_watermark:
                     self.fail("HW <= LEO of every ISR member",
                               f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.end_offset} of {m}")
+            for m, disk in electable.get(p, ()):
+                if disk.end_offset < leader.high_watermark:
+                    self.fail("every replica the controller may elect cleanly holds the committed records",
+                              f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.end_offset} "
+                              f"of ISR member {m} in ZooKeeper")
+
+    def _electable_members(self) -> dict:
+        """Per partition, the ISR members in ZooKeeper the controller would elect from now, alive in the
+        incarnation it last processed, with their logs.
+
+        The leader's own view (``_synced_members``) misses a member that a write added after it restarted
+        (seed 1034869): the leader removes it only once that write's answer comes back, and the controller
+        could elect it meanwhile. This check reads the znode as the controller does.
+        """
+        c = self.cluster
+        zk = c.zk
+        if c.controller is None:
+            return {}
+        out: dict = {}
+        for view in c.controller.views():
+            for m in view.state.isr:
+                reg, b = zk.brokers.get(m), c.brokers[m]
+                if (reg is not None and zk.handled.get(m) == reg.broker_epoch and b.alive
+                        and b.broker_epoch == reg.broker_epoch):
+                    out.setdefault(view.partition, []).append((m, b.disks[view.partition]))
+        return out
 
     def on_consume(self, broker, p: int, start: int, end_exclusive: int) -> None:
         state, disk = broker.states[p], broker.disks[p]

@@ -214,9 +214,13 @@ class SimController:
         self.last_resend_ms = -10**9
 
     def views(self) -> list[election.PartitionView]:
-        cfg = self.c.cfg
-        return [election.PartitionView("t", p, self.c.assignment[p], (), lai, cfg.min_insync_replicas, cfg.unclean)
-                for p, lai in sorted(self.c.zk.partitions.items())]
+        """Decision views, without ISR members restarted since the ISR was written (as the controller's)."""
+        cfg, zk = self.c.cfg, self.c.zk
+        live_broker_epochs = {b: r.broker_epoch for b, r in zk.brokers.items()}
+        return [election.without_restarted_members(
+                    election.PartitionView("t", p, self.c.assignment[p], (), lai, cfg.min_insync_replicas, cfg.unclean),
+                    live_broker_epochs)
+                for p, lai in sorted(zk.partitions.items())]
 
     def run(self, now: int) -> None:
         zk = self.c.zk

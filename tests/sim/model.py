@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ads_spark.errors import ErrorCode
 from ads_spark.replication import partition as core
@@ -182,8 +182,8 @@ class SimZk:
         if controller_epoch is not None and controller_epoch != self.controller_epoch:
             return False
         if new.partition_epoch != expected + 1:
-            new = LeaderAndIsr(new.leader, new.leader_epoch, new.isr, new.elr, expected + 1,
-                               new.controller_epoch if controller_epoch is None else controller_epoch)
+            new = replace(new, partition_epoch=expected + 1,
+                          controller_epoch=new.controller_epoch if controller_epoch is None else controller_epoch)
         self.partitions[p] = new
         return True
 

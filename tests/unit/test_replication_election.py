@@ -121,3 +121,34 @@ def test_an_unclean_start_is_recorded_only_when_every_partition_naming_the_broke
     assert E.unclean_start_recorded(1, views, {("t", 0), ("t", 1)})
     assert not E.unclean_start_recorded(1, views, {("t", 0)})  # p1's ELR write lost a race: apply again later
     assert E.unclean_start_recorded(4, views, set())  # named nowhere: nothing to wait for
+
+
+def recorded(isr=(1, 2, 3), epochs=((2, 5), (3, 6)), leader=1, elr=()):
+    return E.PartitionView("t", 0, (1, 2, 3), (), LeaderAndIsr(leader, 4, isr, elr, 9, 0, epochs), 2, False)
+
+
+def test_a_member_registered_under_another_epoch_than_recorded_is_no_candidate():
+    """Seed 1034869: the leader's write adding 2 landed after 2 restarted; 2 may lack committed records."""
+    v = E.without_restarted_members(recorded(), {1: 4, 2: 7, 3: 6})
+    assert v.state.isr == (1, 3) and v.state.elr == ()
+    (d,) = E.on_brokers_changed([v], frozenset({2, 3}), frozenset({1}), frozenset(), 3)
+    assert d.new_state.leader == 3 and d.new_state.isr == (3,)
+    assert d.new_state.elr == (1,)  # the dead leader may come back with everything; 2 may not
+    assert d.new_state.isr_broker_epochs == ((3, 6),)
+
+
+def test_members_without_a_recorded_epoch_or_still_registered_under_it_stay_candidates():
+    v = recorded(epochs=((3, 6),))
+    assert E.without_restarted_members(v, {1: 4, 2: 7, 3: 6}) is v
+    assert E.without_restarted_members(v, {1: 4, 2: 7}) is v  # 3 not registered: the live set decides that
+    d = E.elect(E.without_restarted_members(v, {2: 7, 3: 6}), frozenset({2, 3}), 3)
+    assert d.new_state.leader == 2
+
+
+def test_a_restarted_member_is_neither_preferred_leader_nor_counted_by_a_controlled_shutdown():
+    v = E.without_restarted_members(recorded(leader=2, isr=(1, 2, 3), epochs=((1, 3),)), {1: 8, 2: 1, 3: 6})
+    assert E.preferred_leader_election(v, frozenset({1, 2, 3}), 3) is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    # Leader 2 leaving would leave 3 alone in sync, below min ISR 2: refused, 1 does not count.
+    assert E.controlled_shutdown([v], 2, frozenset({1, 2, 3}), 3).refused == (("t", 0),)
+    (d,) = E.controlled_shutdown([v], 2, frozenset({1, 2, 3}), 3, force=True).decisions
+    assert d.new_state.leader == 3 and 1 not in d.new_state.isr

@@ -1,5 +1,6 @@
 """The dispatcher: leader/follower events, HW, ISR, acks x min.insync.replicas (reference 001's matrix)."""
 
+from dataclasses import replace
 import pytest
 
 from ads_spark.errors import ErrorCode
@@ -229,6 +230,32 @@ def test_a_member_that_restarted_behind_the_hw_leaves_once_the_write_adding_it_l
     (removal,) = of(eff, P.ProposeIsr)
     assert removal.proposed.isr == (1,) and removal.proposed.partition_epoch == 6
     assert s.pending_isr is not None and s.high_watermark == 6
+
+
+def test_an_isr_write_records_each_member_incarnation():
+    s = leader(min_isr=1, isr_=(1,))
+    s, _ = produce(s, 1, n=4)
+    s, eff = fetch(s, 2, 4, broker_epoch=10)
+    (expand,) = of(eff, P.ProposeIsr)
+    assert expand.proposed.isr == (1, 2) and expand.proposed.isr_broker_epochs == ((2, 10),)
+
+
+def test_a_member_that_restarted_while_the_write_adding_it_was_in_flight_leaves_when_it_lands():
+    """Even one back at the HW: its restart may have lost records a later HW will cover, and the write
+    named its previous incarnation, which the controller will not elect (election.without_restarted_members)."""
+    s = leader(min_isr=1, isr_=(1,))
+    s, _ = produce(s, 1, n=4)
+    s, eff = fetch(s, 2, 4, broker_epoch=10)
+    (expand,) = of(eff, P.ProposeIsr)
+    s, eff = fetch(s, 2, 4, broker_epoch=11)  # restarted, nothing committed lost
+    assert not of(eff, P.ProposeIsr) and s.high_watermark == 4
+    s, eff = P.step(s, P.IsrUpdateAccepted(replace(expand.proposed, partition_epoch=6), 1))
+    (removal,) = of(eff, P.ProposeIsr)
+    assert removal.proposed.isr == (1,) and removal.proposed.elr == ()
+    s, eff = P.step(s, P.IsrUpdateAccepted(replace(removal.proposed, partition_epoch=7), 2))
+    s, eff = fetch(s, 2, 4, broker_epoch=11, now=3)
+    (again,) = of(eff, P.ProposeIsr)
+    assert again.proposed.isr == (1, 2) and again.proposed.isr_broker_epochs == ((2, 11),)
 
 
 def test_unanswered_isr_write_is_resent():
