@@ -17,8 +17,8 @@ SCRIPT = textwrap.dedent("""
     import sys, time
     from ads_spark.cluster import unwind_on_sigterm
     unwind_on_sigterm()
-    print("ready", flush=True)
     try:
+        print("ready", flush=True)  # inside the try: the signal may come before the next line runs
         time.sleep(60)
     finally:
         print("teardown started", flush=True)
