@@ -205,7 +205,7 @@ class DataHandlers:
 
     def _list_offset(self, topic: str, number: int, timestamp: int, leader_epoch: int) -> dict[str, Any]:
         partition = self.replicas.get(topic, number)
-        hw = partition.consumer_read_bound(leader_epoch, partition.state.log_start_offset, allow_follower=False)
+        hw = partition.list_offsets_bound(leader_epoch)
         log_start = partition.state.log_start_offset
         base = {"high_watermark": hw, "log_start_offset": log_start, "leader_epoch": partition.leader_epoch}
         if timestamp == -2:

@@ -291,6 +291,17 @@ class Partition:
                                    f"log start {self.state.log_start_offset}, epoch {self.state.leader_epoch})")
         return end
 
+    def list_offsets_bound(self, current_leader_epoch: int) -> int:
+        """The HW a client's list_offsets may answer with, or raise the error the core decided (KIP-207)."""
+        with self.changed:
+            state = self.state
+        error = core.check_list_offsets(state, current_leader_epoch if current_leader_epoch >= 0 else None)
+        if error is not ErrorCode.NONE:
+            raise error_for(error, f"{self.topic}-{self.partition} on broker {self.local_broker_id}: {error.name} "
+                                   f"(HW {state.high_watermark}, leader epoch {state.leader_epoch} starts at "
+                                   f"{state.leader_epoch_start_offset})")
+        return state.high_watermark
+
     def read(self, fetch_offset: int, end_offset_exclusive: int, max_bytes: int, as_messages: bool = False) -> list:
         if fetch_offset >= end_offset_exclusive:
             return []

@@ -460,6 +460,22 @@ def check_consumer_fetch(state: PartitionState, current_leader_epoch: int | None
     if state.role is Role.FOLLOWER and state.high_watermark < fetch_offset <= state.log_end_offset:
         # A follower whose HW lags the leader's: committed there, not yet known here. Retriable.
         return ErrorCode.OFFSET_NOT_AVAILABLE, -1
-    if fetch_offset < state.log_start_offset or fetch_offset > state.high_watermark:
+    if fetch_offset < state.log_start_offset or fetch_offset > state.log_end_offset:
         return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+    # A leader's HW can be below an offset its log holds: a new leader learns the HW from its followers'
+    # first fetches, and a consumer may come from the previous leader with a position up to that one's
+    # HW. As in Kafka, such a read gets nothing (end <= fetch offset) until the HW passes it; it used to
+    # be OFFSET_OUT_OF_RANGE, which a Spark task took for lost data and a consumer as a reason to reset.
     return ErrorCode.NONE, state.high_watermark
+
+
+def check_list_offsets(state: PartitionState, current_leader_epoch: int | None) -> ErrorCode:
+    """Whether the leader may answer a client's list_offsets now (Kafka's KIP-207): not while its HW is
+    below the start of its epoch, since a new leader's HW lags until its followers fetch, and the offsets
+    it gave (latest, or one found by timestamp) would go back from what the previous leader gave."""
+    error, _ = check_consumer_fetch(state, current_leader_epoch, state.log_start_offset)
+    if error is not ErrorCode.NONE:
+        return error
+    if state.high_watermark < state.leader_epoch_start_offset:
+        return ErrorCode.OFFSET_NOT_AVAILABLE
+    return ErrorCode.NONE

@@ -336,6 +336,36 @@ def test_consumer_reads_stop_at_hw():
     assert P.check_consumer_fetch(follower(), None, 0)[0] is ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
+def new_leader_with_a_lagging_hw():
+    """A follower that became leader before it heard the previous leader's HW: its log holds 10 records,
+    its HW is 4 until its followers fetch."""
+    s = P.initial_state("t", 0, 1, PartitionConfig(), log_end_offset=10, high_watermark_checkpoint=4,
+                        epoch_pairs=((0, 0),))
+    s, _ = P.step(s, P.BecomeLeader(LeaderAndIsr(1, 1, (1, 2), (), 5), REPLICAS, (), 0))
+    assert s.high_watermark == 4 and s.leader_epoch_start_offset == 10
+    return s
+
+
+def test_a_read_between_the_hw_and_the_log_end_of_a_new_leader_waits_for_the_hw():
+    """A consumer at 8, which the previous leader's HW allowed, gets nothing yet; not OFFSET_OUT_OF_RANGE,
+    which made a Spark task fail and a consumer reset its position (seen on a preferred election)."""
+    s = new_leader_with_a_lagging_hw()
+    assert P.check_consumer_fetch(s, 1, 8) == (ErrorCode.NONE, 4)
+    assert P.check_consumer_fetch(s, 1, 10) == (ErrorCode.NONE, 4)
+    assert P.check_consumer_fetch(s, 1, 11)[0] is ErrorCode.OFFSET_OUT_OF_RANGE  # past the log end
+    s, _ = fetch(s, 2, 10)
+    assert P.check_consumer_fetch(s, 1, 8) == (ErrorCode.NONE, 10)
+
+
+def test_list_offsets_waits_until_the_hw_reaches_the_leader_epoch_start_kip207():
+    s = new_leader_with_a_lagging_hw()
+    assert P.check_list_offsets(s, 1) is ErrorCode.OFFSET_NOT_AVAILABLE  # it would answer 4, back from 10
+    assert P.check_list_offsets(s, 0) is ErrorCode.FENCED_LEADER_EPOCH
+    assert P.check_list_offsets(follower(), None) is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    s, _ = fetch(s, 2, 10)
+    assert s.high_watermark == 10 and P.check_list_offsets(s, 1) is ErrorCode.NONE
+
+
 def test_stale_leader_and_isr_refused():
     s = leader()
     s2, eff = P.step(s, P.BecomeFollower(LeaderAndIsr(2, 0, (2,), (), 9), REPLICAS, (), 0))
