@@ -136,6 +136,7 @@ class Broker:
             wire.ACTION_LEADER_AND_ISR: self.control.handle_leader_and_isr,
             wire.ACTION_UPDATE_METADATA: self.control.handle_update_metadata,
             wire.ACTION_STOP_REPLICA: self.control.handle_stop_replica,
+            wire.ACTION_REPLICA_LOG_ENDS: self.control.handle_replica_log_ends,
             wire.ACTION_REPLICA_STATUS: self.verify.handle_replica_status,
             **self.admin.handlers(),
         }

@@ -10,6 +10,8 @@ Request shapes (docs/DESIGN.md):
       "topic_id", "leader", "leader_epoch", "isr", "elr", "replicas", "observers",
       "partition_epoch", "config": {topic overrides}}], "brokers": [{"id","host","port","rack"}]}
   stop_replica: {"controller_epoch", "partitions": [{"topic", "partition", "delete": bool}]}
+  replica_log_ends: {"controller_epoch", "partitions": [{"topic", "partition", "topic_id", "config"}]}
+      -> {"partitions": [{"topic", "partition", "error_code", "last_epoch", "log_end_offset"}]}
 """
 
 from __future__ import annotations
@@ -107,6 +109,29 @@ class ControlHandlers:
             if partition is not None and config is not None:
                 self.broker.apply_topic_config(partition, config)
         return {"error_code": 0}
+
+    def handle_replica_log_ends(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Where this broker's replicas end, for the controller to pick the most complete one in an unclean
+        election (KIP-966's unclean recovery). A replica not loaded yet (the broker just started, and the
+        controller's leader_and_isr is still on its way) is opened from disk as leader_and_isr would."""
+        what = "replica_log_ends partition"
+        # Parsed whole before the epoch check, which records the epoch: a malformed request changes nothing.
+        asked = [(wire.require(entry, "topic", str, what), wire.require(entry, "partition", int, what),
+                  wire.optional(entry, "topic_id", str, "", what), wire.optional(entry, "config", dict, {}, what))
+                 for entry in wire.require(body, "partitions", list, "replica_log_ends")]
+        self._check_controller_epoch(body)
+        results = []
+        for topic, number, topic_id, config in asked:
+            item: dict[str, Any] = {"topic": topic, "partition": number, "error_code": 0}
+            try:
+                partition = (self.broker.replica_manager.maybe_get(topic, number)
+                             or self.broker.ensure_partition(topic, number, topic_id, config))
+                state = partition.state  # one immutable value: the epoch and end offset agree
+                item.update(last_epoch=state.epochs.latest_epoch, log_end_offset=state.log_end_offset)
+            except AdsError as exc:
+                item.update(error_code=int(exc.code), message=exc.message or str(exc))
+            results.append(item)
+        return {"error_code": 0, "partitions": results}
 
     def handle_stop_replica(self, body: dict[str, Any]) -> dict[str, Any]:
         self._check_controller_epoch(body)

@@ -25,6 +25,7 @@ from ads_spark.errors import ErrorCode
 from ads_spark.replication.assignment import assign_replicas, partitions_to_rebalance
 from ads_spark.broker.controller_channel import BrokerRequestChannel
 from ads_spark.broker.controller_reassign import ReassignmentRuntime
+from ads_spark.broker.controller_candidates import CandidateChecks
 from ads_spark.replication import election
 from ads_spark.replication.election import Decision, PartitionView
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
@@ -36,7 +37,7 @@ BROKER_REQUEST_TIMEOUT_MS = 15_000
 CHANNEL_DRAIN_S = 5.0
 
 
-class Controller(ReassignmentRuntime):
+class Controller(ReassignmentRuntime, CandidateChecks):
     def __init__(self, broker, zk):
         self.broker = broker
         self.zk = zk
@@ -143,9 +144,8 @@ class Controller(ReassignmentRuntime):
         named = {b for view in self.states.values() for b in (*view.state.isr, view.state.leader) if b >= 0}
         # So are live brokers whose unclean start no controller has applied yet (one may have died first).
         unclean = self._unapplied_unclean_starts(set(self.live))
-        self._apply_unclean_aware(election.on_brokers_changed(
-            self._decision_views(self.states.values()), frozenset(self.live), frozenset(named - set(self.live)) | frozenset(unclean),
-            unclean_restarted=frozenset(unclean), controller_epoch=self.epoch), unclean)
+        self._apply_unclean_aware(self._broker_change_decisions(frozenset(named - set(self.live)) | frozenset(unclean),
+                                                                unclean), unclean)
         self._push_all()
         self._on_reassignment()  # resume one that a previous controller left running
 
@@ -196,10 +196,7 @@ class Controller(ReassignmentRuntime):
         # Back after an unclean shutdown (KIP-966): it may have lost its unflushed tail, so it leaves
         # every ELR too and leads again only after rejoining the ISR.
         unclean = self._unapplied_unclean_starts(arrived)
-        decisions = election.on_brokers_changed(self._decision_views(self.states.values()), frozenset(self.live),
-                                                frozenset(gone | set(unclean)), unclean_restarted=frozenset(unclean),
-                                                controller_epoch=self.epoch)
-        self._apply_unclean_aware(decisions, unclean)
+        self._apply_unclean_aware(self._broker_change_decisions(frozenset(gone | set(unclean)), unclean), unclean)
         self._push_metadata_everywhere()
         if arrived:
             log.info("controller: brokers arrived %s", sorted(arrived))
@@ -262,17 +259,6 @@ class Controller(ReassignmentRuntime):
 
     # ---- decisions ---------------------------------------------------------------------
 
-    def _decision_view(self, view: PartitionView) -> PartitionView:
-        """What a decision may take ``view`` as: without ISR members restarted since the ISR was written."""
-        return election.without_restarted_members(view, self._live_broker_epochs())
-
-    def _decision_views(self, views) -> list[PartitionView]:
-        live_broker_epochs = self._live_broker_epochs()
-        return [election.without_restarted_members(view, live_broker_epochs) for view in views]
-
-    def _live_broker_epochs(self) -> dict[int, int]:
-        return {b: int(info["broker_epoch"]) for b, info in self.live.items() if "broker_epoch" in info}
-
     def _unapplied_unclean_starts(self, brokers: set) -> dict[int, str | None]:
         """Of ``brokers``, those whose unclean start no controller has applied (``election``); the
         applied incarnations live in ZooKeeper, so this holds across controller fail-overs."""
@@ -289,19 +275,29 @@ class Controller(ReassignmentRuntime):
             if incarnation is not None and election.unclean_start_recorded(broker_id, views, written):
                 self.zk.record_unclean_applied(broker_id, incarnation)
 
+    def _broker_change_decisions(self, failed: frozenset[int], unclean: dict[int, str | None]) -> list[Decision]:
+        # The views as they are: this pass writes restarted ISR members out (a filtered view would hide them).
+        views, live_broker_epochs = list(self.states.values()), self._live_broker_epochs()
+        return self._with_unclean_recovery(lambda log_ends: election.on_brokers_changed(
+            views, frozenset(self.live), failed, unclean_restarted=frozenset(unclean), controller_epoch=self.epoch,
+            log_ends=log_ends, live_broker_epochs=live_broker_epochs))
+
     def _elect_offline(self, keys: set) -> None:
         """Elect a leader for every partition in ``keys`` whose leader is not alive (pure decision)."""
         live = frozenset(self.live)
-        decisions = []
-        for key in sorted(keys):
-            view = self._decision_view(self.states[key])
-            if view.state.leader in live:
-                continue
-            decision = election.elect(view, live, self.epoch, reason="offline partition")
-            if decision.new_state.leader == NO_LEADER and view.state.leader == NO_LEADER:
-                continue  # still offline; nothing new to write
-            decisions.append(decision)
-        self._apply_decisions(decisions)
+        views = [view for view in (self._decision_view(self.states[key]) for key in sorted(keys))
+                 if view.state.leader not in live]
+
+        def decide(log_ends) -> list[Decision]:
+            decisions = []
+            for view in views:
+                decision = election.elect(view, live, self.epoch, reason="offline partition",
+                                          log_ends=(log_ends or {}).get((view.topic, view.partition)))
+                if not (decision.new_state.leader == NO_LEADER and view.state.leader == NO_LEADER):
+                    decisions.append(decision)  # else still offline: nothing new to write
+            return decisions
+
+        self._apply_decisions(self._with_unclean_recovery(decide))
 
     def _apply_decisions(self, decisions: list[Decision]) -> set:
         """Write every decision in fenced batches, keep the ones ZooKeeper accepted, push them once;
@@ -460,7 +456,10 @@ class Controller(ReassignmentRuntime):
         """Preferred: move to the in-sync preferred replica. Unclean: lead a leaderless partition from any replica."""
         live = frozenset(self.live)
         results, decisions = [], []
-        for key in sorted(self.states) if keys is None else keys:
+        keys = sorted(self.states) if keys is None else keys
+        log_ends = {} if election_type == "preferred" else self._replica_log_ends(
+            {key for key in keys if key in self.states and self.states[key].state.leader not in live})
+        for key in keys:
             view = None if key not in self.states else self._decision_view(self.states[key])
             item = {"topic": key[0], "partition": key[1], "error_code": 0}
             if view is None:
@@ -475,7 +474,7 @@ class Controller(ReassignmentRuntime):
                 item.update(error_code=int(ErrorCode.ELECTION_NOT_NEEDED), message="the partition has a leader")
             else:
                 decision = election.elect(replace(view, unclean_leader_election_enable=True), live, self.epoch,
-                                          reason="unclean election requested")
+                                          reason="unclean election requested", log_ends=log_ends.get(key))
                 if decision.new_state.leader == NO_LEADER:
                     item.update(error_code=int(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE), message="no live replica")
                 else:

@@ -45,6 +45,7 @@ ACTION_UPDATE_METADATA = "update_metadata"
 ACTION_STOP_REPLICA = "stop_replica"
 ACTION_CONTROLLED_SHUTDOWN = "controlled_shutdown"
 ACTION_REPLICA_STATUS = "replica_status"
+ACTION_REPLICA_LOG_ENDS = "replica_log_ends"  # controller -> broker, before an unclean election
 ACTION_INIT_PRODUCER_ID = "init_producer_id"
 ACTION_LOCATE = "locate"  # where a fetch's batches are in the segment files (ads_spark/local_reads.py)
 

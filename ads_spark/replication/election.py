@@ -5,8 +5,10 @@ Order of choice (ARCHITECTURE.md invariant 7, KIP-966):
 1. a live ISR member, in replica order (so the preferred replica first);
 2. a live ELR member, in replica order: it left the ISR while the ISR was below
    min ISR, so it holds every committed record (the HW was frozen, hw.py);
-3. only with unclean.leader.election.enable: any live, non-observer replica,
-   and the result says ``unclean=True`` so the loss is reported, never silent;
+3. only with unclean.leader.election.enable: a live, non-observer replica,
+   and the result says ``unclean=True`` so the loss is reported, never silent.
+   Given the replicas' log ends (the controller asks them first), the one whose
+   log holds the most (KIP-966's unclean recovery), else in replica order;
 4. otherwise no leader: the partition is offline (leader NO_LEADER, epoch bumped).
 
 A broker that restarted after an unclean shutdown is ``ineligible``: it leaves
@@ -66,9 +68,26 @@ class Choice:
     unclean: bool
 
 
+# (last leader epoch in its log, log end offset) of one replica, as it answered the controller.
+LogEnd = tuple[int, int]
+
+
+def most_complete_replica(view: PartitionView, candidates: frozenset[int], log_ends: Mapping[int, LogEnd]) -> int:
+    """KIP-966's unclean recovery: of ``candidates`` that reported their log end, the one whose log holds
+    the most, by last epoch then log end offset (a longer log of an older epoch may hold records a newer
+    leader truncated); ties go in replica order. NO_LEADER if none reported."""
+    reported = [r for r in view.replicas if r in candidates and r in log_ends]
+    if not reported:
+        return NO_LEADER
+    return max(reported, key=lambda r: (log_ends[r], -view.replicas.index(r)))
+
+
 def choose_leader(view: PartitionView, live: frozenset[int], ineligible: frozenset[int] = frozenset(),
-                  exclude: frozenset[int] = frozenset()) -> Choice:
-    """Pick the leader by the order in the module docstring (``exclude``: e.g. a broker shutting down)."""
+                  exclude: frozenset[int] = frozenset(), log_ends: Mapping[int, LogEnd] | None = None) -> Choice:
+    """Pick the leader by the order in the module docstring (``exclude``: e.g. a broker shutting down).
+
+    ``log_ends``: the log ends the live replicas reported, for an unclean election to pick the most
+    complete one; without them (or with none reported) it goes in replica order."""
     ok = live - exclude - set(view.observers)
     if MUTATION == "any_replica":
         for r in view.replicas:
@@ -79,6 +98,9 @@ def choose_leader(view: PartitionView, live: frozenset[int], ineligible: frozens
             if r in pool and r in ok and r not in ineligible:
                 return Choice(r, False)
     if view.unclean_leader_election_enable:
+        best = most_complete_replica(view, ok, log_ends or {})
+        if best != NO_LEADER:
+            return Choice(best, True)
         for r in view.replicas:
             if r in ok:
                 return Choice(r, True)
@@ -100,37 +122,47 @@ def _decide(view: PartitionView, isr: frozenset[int], elr: frozenset[int], leade
     return Decision(view.topic, view.partition, new, cur.partition_epoch, unclean, reason)
 
 
-def without_restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]) -> PartitionView:
-    """``view`` without the ISR members registered under another broker epoch than the ISR write recorded.
+def restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]) -> frozenset[int]:
+    """ISR members registered under another broker epoch than the ISR write recorded for them.
 
-    Apply it to every view before deciding. Such a member restarted after the leader last heard from it.
-    The restart may have lost records the HW covered: the leader's write adding it can land after the
-    restart, and after the controller took the restarted broker out of every ISR (simulation seed
-    1034869). So it is no candidate, and it does not go to the ELR either. A decision for the partition
-    writes the ISR without it; its leader removes it as well once its fetches show the new epoch.
+    Such a member restarted after the leader last heard from it, and the restart may have lost records
+    the HW covered: the leader's write adding it can land after the restart, and after the controller
+    took the restarted broker out of every ISR (simulation seed 1034869). It is no candidate, it does
+    not go to the ELR, and a pass over broker changes writes the ISR without it; its leader removes it
+    as well once its fetches show the new epoch. A member without a recorded epoch is not checked.
     """
     cur = view.state
-    restarted = frozenset(member for member, recorded in cur.isr_broker_epochs
-                          if member in cur.isr and live_broker_epochs.get(member, recorded) != recorded)
+    return frozenset(member for member, recorded in cur.isr_broker_epochs
+                     if member in cur.isr and live_broker_epochs.get(member, recorded) != recorded)
+
+
+def without_restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]) -> PartitionView:
+    """``view`` without its ``restarted_members``: what any decision other than a pass over broker
+    changes (which removes them in a write of its own) must take the ISR to be."""
+    restarted = restarted_members(view, live_broker_epochs)
     if not restarted:
         return view
+    cur = view.state
     return replace(view, state=replace(cur, isr=tuple(r for r in cur.isr if r not in restarted)))
 
 
 def elect(view: PartitionView, live: frozenset[int], controller_epoch: int,
           ineligible: frozenset[int] = frozenset(), exclude: frozenset[int] = frozenset(),
-          reason: str = "election") -> Decision:
+          reason: str = "election", log_ends: Mapping[int, LogEnd] | None = None) -> Decision:
     """A new leader for ``view`` (maybe none), with the ISR and ELR that follow."""
     cur = view.state
     isr = frozenset(cur.isr) - ineligible
     elr = frozenset(cur.elr) - ineligible
     choice = choose_leader(replace(view, state=replace(cur, isr=tuple(isr), elr=tuple(elr))), live, ineligible,
-                           exclude)
+                           exclude, log_ends)
     if choice.leader == NO_LEADER:
         return _decide(view, isr, elr, NO_LEADER, True, controller_epoch, False, reason + ": no eligible leader")
     if choice.unclean:
+        chosen = (f"the most complete of {len(log_ends)} that reported (last epoch, log end) {log_ends}"
+                  if log_ends and choice.leader in log_ends else "in replica order: no log ends reported")
         return _decide(view, frozenset({choice.leader}), frozenset(), choice.leader, True, controller_epoch, True,
-                       reason + f": UNCLEAN election of out-of-sync replica {choice.leader}, committed records may be lost")
+                       reason + f": UNCLEAN election of out-of-sync replica {choice.leader} ({chosen}),"
+                                f" committed records may be lost")
     if choice.leader in isr:
         return _decide(view, isr, elr, choice.leader, True, controller_epoch, False, reason)
     new_isr = isr | {choice.leader}  # an ELR member leads: it rejoins the ISR
@@ -139,23 +171,30 @@ def elect(view: PartitionView, live: frozenset[int], controller_epoch: int,
 
 
 def on_brokers_changed(views: Iterable[PartitionView], live: frozenset[int], failed: frozenset[int],
-                       unclean_restarted: frozenset[int], controller_epoch: int) -> list[Decision]:
+                       unclean_restarted: frozenset[int], controller_epoch: int,
+                       log_ends: Mapping[tuple[str, int], Mapping[int, LogEnd]] | None = None,
+                       live_broker_epochs: Mapping[int, int] | None = None) -> list[Decision]:
     """One pass over all partitions after brokers died or re-registered.
 
     ``failed``: brokers whose session ended or whose incarnation was replaced
     (a restart); they leave every ISR. ``unclean_restarted``: of those, the ones
     back after an unclean shutdown; they also leave every ELR. Offline
-    partitions get a new leader if one became possible.
+    partitions get a new leader if one became possible. ``log_ends``: per
+    partition, what its live replicas reported, for unclean elections.
+    ``live_broker_epochs``: each live broker's registered epoch; the
+    ``restarted_members`` of a partition leave its ISR as unclean restarts do.
     """
     decisions = []
     for view in views:
         cur = view.state
+        restarted = restarted_members(view, live_broker_epochs or {})
+        lost = unclean_restarted | restarted
         old_isr, old_elr = frozenset(cur.isr), frozenset(cur.elr)
-        new_isr = old_isr - failed
+        new_isr = old_isr - failed - restarted
         # Dead brokers stay ELR-eligible (KIP-966) unless they came back unclean.
-        new_elr = next_elr(old_isr, new_isr, old_elr, view.min_insync_replicas, unclean_restarted)
-        ineligible = unclean_restarted
-        if not new_isr and not new_elr and len(view.replicas) == 1 and set(view.replicas) & unclean_restarted:
+        new_elr = next_elr(old_isr, new_isr, old_elr, view.min_insync_replicas, lost)
+        ineligible = lost
+        if not new_isr and not new_elr and len(view.replicas) == 1 and set(view.replicas) & lost:
             # The only replica came back from an unclean shutdown: there is no other copy that could hold
             # more, so electing it loses nothing a wait would save (excluding it would leave every RF=1
             # partition offline for ever). With more replicas this would be an unclean election: the
@@ -167,14 +206,15 @@ def on_brokers_changed(views: Iterable[PartitionView], live: frozenset[int], fai
         shrunk = replace(view, state=replace(cur, isr=tuple(new_isr), elr=tuple(new_elr)))
         leader_gone = cur.leader == NO_LEADER or cur.leader in failed or cur.leader not in live
         if leader_gone:
-            d = elect(shrunk, live, controller_epoch, ineligible, reason="leader failed")
+            d = elect(shrunk, live, controller_epoch, ineligible, reason="leader failed",
+                      log_ends=(log_ends or {}).get((view.topic, view.partition)))
             if d.new_state.leader == NO_LEADER and cur.leader == NO_LEADER and new_isr == old_isr \
                     and new_elr == old_elr:
                 continue  # still offline, nothing new to write
             decisions.append(d)
         elif new_isr != old_isr or new_elr != old_elr:
             decisions.append(_decide(view, new_isr, new_elr, cur.leader, False, controller_epoch, False,
-                                     f"brokers {sorted(failed & old_isr)} left the ISR"))
+                                     f"brokers {sorted((failed | restarted) & old_isr)} left the ISR"))
     return decisions
 
 

@@ -191,7 +191,7 @@ class Checker:
         if c.controller is None:
             return {}
         out: dict = {}
-        for view in c.controller.views():
+        for view in c.controller.views(without_restarted=True):
             for m in view.state.isr:
                 reg, b = zk.brokers.get(m), c.brokers[m]
                 if (reg is not None and zk.handled.get(m) == reg.broker_epoch and b.alive

@@ -213,14 +213,18 @@ class SimController:
         self.epoch = epoch
         self.last_resend_ms = -10**9
 
-    def views(self) -> list[election.PartitionView]:
-        """Decision views, without ISR members restarted since the ISR was written (as the controller's)."""
-        cfg, zk = self.c.cfg, self.c.zk
-        live_broker_epochs = {b: r.broker_epoch for b, r in zk.brokers.items()}
-        return [election.without_restarted_members(
-                    election.PartitionView("t", p, self.c.assignment[p], (), lai, cfg.min_insync_replicas, cfg.unclean),
-                    live_broker_epochs)
-                for p, lai in sorted(zk.partitions.items())]
+    def views(self, without_restarted: bool = False) -> list[election.PartitionView]:
+        """The znodes as decision inputs; ``without_restarted``: as every decision but the pass over broker
+        changes takes them (election.without_restarted_members), as the controller's."""
+        cfg = self.c.cfg
+        views = [election.PartitionView("t", p, self.c.assignment[p], (), lai, cfg.min_insync_replicas, cfg.unclean)
+                 for p, lai in sorted(self.c.zk.partitions.items())]
+        if not without_restarted:
+            return views
+        return [election.without_restarted_members(view, self.live_broker_epochs()) for view in views]
+
+    def live_broker_epochs(self) -> dict[int, int]:
+        return {b: r.broker_epoch for b, r in self.c.zk.brokers.items()}
 
     def run(self, now: int) -> None:
         zk = self.c.zk
@@ -232,7 +236,12 @@ class SimController:
             zk.unclean_applied)
         failed = (all_brokers - live) | bounced
         views = self.views()
-        decisions = election.on_brokers_changed(views, live, failed, frozenset(unclean), self.epoch)
+        epochs = self.live_broker_epochs()
+        decisions = election.on_brokers_changed(views, live, failed, frozenset(unclean), self.epoch,
+                                                live_broker_epochs=epochs)
+        if any(d.unclean for d in decisions):  # unclean recovery (KIP-966), as controller_candidates.py
+            decisions = election.on_brokers_changed(views, live, failed, frozenset(unclean), self.epoch,
+                                                    log_ends=self.log_ends(live), live_broker_epochs=epochs)
         changed = set()
         for d in decisions:
             if not zk.cond_write(d.partition, d.new_state, d.expected_partition_epoch, self.epoch):
@@ -250,6 +259,18 @@ class SimController:
         elif changed:
             self.push(sorted(changed))
 
+    def log_ends(self, live: frozenset[int]) -> dict:
+        """What the live replicas would answer the controller's log-end question (read directly: the real
+        controller asks over the network and leaves out a replica that does not answer)."""
+        out: dict = {}
+        for p in self.c.zk.partitions:
+            for b in self.c.assignment[p]:
+                broker = self.c.brokers[b]
+                if b in live and broker.alive:
+                    state = broker.states[p]
+                    out.setdefault(("t", p), {})[b] = (state.epochs.latest_epoch, state.log_end_offset)
+        return out
+
     def push(self, parts) -> None:
         zk, now = self.c.zk, self.c.now
         for p in parts:
@@ -261,7 +282,8 @@ class SimController:
                                     self.epoch, reg.broker_epoch), self.c.brokers[r].incarnation)
 
     def controlled_shutdown(self, broker_id: int, force: bool = False) -> election.ShutdownPlan:
-        plan = election.controlled_shutdown(self.views(), broker_id, frozenset(self.c.zk.brokers), self.epoch, force)
+        plan = election.controlled_shutdown(self.views(without_restarted=True), broker_id, frozenset(self.c.zk.brokers),
+                                            self.epoch, force)
         for d in plan.decisions:
             if self.c.zk.cond_write(d.partition, d.new_state, d.expected_partition_epoch, self.epoch):
                 self.c.checker.on_election(d)

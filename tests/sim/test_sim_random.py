@@ -20,7 +20,9 @@ FIRST_SEED = int(os.environ.get("ADS_SIM_FIRST_SEED", "0"))
 #           joining member, whose write then landed (HW > LEO of an ISR member).
 #   1034869: a follower restarted below the HW while the write adding it to the ISR was in flight; the write
 #           landed and nothing removed it.
-REGRESSION_SEEDS = (203695, 801232, 521390, 1034869)
+#   1422945: the controller, handed views without ISR members restarted since the ISR was written, saw no change
+#           to write: the znode kept a restarted member, and its leader, cut from ZooKeeper, kept it in sync.
+REGRESSION_SEEDS = (203695, 801232, 521390, 1034869, 1422945)
 
 
 def _seeds():

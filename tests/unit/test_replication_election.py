@@ -129,12 +129,26 @@ def recorded(isr=(1, 2, 3), epochs=((2, 5), (3, 6)), leader=1, elr=()):
 
 def test_a_member_registered_under_another_epoch_than_recorded_is_no_candidate():
     """Seed 1034869: the leader's write adding 2 landed after 2 restarted; 2 may lack committed records."""
-    v = E.without_restarted_members(recorded(), {1: 4, 2: 7, 3: 6})
+    epochs = {1: 4, 2: 7, 3: 6}
+    v = E.without_restarted_members(recorded(), epochs)
     assert v.state.isr == (1, 3) and v.state.elr == ()
-    (d,) = E.on_brokers_changed([v], frozenset({2, 3}), frozenset({1}), frozenset(), 3)
+    assert E.restarted_members(recorded(), epochs) == {2}
+    (d,) = E.on_brokers_changed([recorded()], frozenset({2, 3}), frozenset({1}), frozenset(), 3,
+                                live_broker_epochs={2: 7, 3: 6})
     assert d.new_state.leader == 3 and d.new_state.isr == (3,)
     assert d.new_state.elr == (1,)  # the dead leader may come back with everything; 2 may not
     assert d.new_state.isr_broker_epochs == ((3, 6),)
+
+
+def test_a_pass_over_broker_changes_writes_restarted_members_out_of_the_isr():
+    """Simulation seed 1422945: handed views already without the member, the pass saw no change and wrote
+    nothing, so the znode kept it and its leader, cut from ZooKeeper, never learnt it had left."""
+    (d,) = E.on_brokers_changed([recorded()], frozenset({1, 2, 3}), frozenset(), frozenset(), 3,
+                                live_broker_epochs={1: 4, 2: 7, 3: 6})
+    assert d.new_state.leader == 1 and d.new_state.isr == (1, 3) and d.new_state.elr == ()
+    assert d.new_state.leader_epoch == 4 and "[2] left the ISR" in d.reason
+    assert E.on_brokers_changed([recorded()], frozenset({1, 2, 3}), frozenset(), frozenset(), 3,
+                                live_broker_epochs={1: 4, 2: 5, 3: 6}) == []
 
 
 def test_members_without_a_recorded_epoch_or_still_registered_under_it_stay_candidates():
@@ -152,3 +166,24 @@ def test_a_restarted_member_is_neither_preferred_leader_nor_counted_by_a_control
     assert E.controlled_shutdown([v], 2, frozenset({1, 2, 3}), 3).refused == (("t", 0),)
     (d,) = E.controlled_shutdown([v], 2, frozenset({1, 2, 3}), 3, force=True).decisions
     assert d.new_state.leader == 3 and 1 not in d.new_state.isr
+
+
+def test_unclean_recovery_elects_the_most_complete_replica_kip966():
+    v = E.PartitionView("t", 0, (1, 3, 2), (), LeaderAndIsr(NO_LEADER, 4, (), (1,), 9), 1, True)
+    assert E.elect(v, frozenset({2, 3}), 7).new_state.leader == 3  # no log ends: assignment order
+    d = E.elect(v, frozenset({2, 3}), 7, log_ends={3: (4, 0), 2: (4, 100)})
+    assert d.unclean and d.new_state.leader == 2 and d.new_state.isr == (2,)
+    assert "most complete" in d.reason
+    # The last epoch first: a longer log of an older epoch may hold what a newer leader truncated.
+    assert E.elect(v, frozenset({2, 3}), 7, log_ends={3: (5, 80), 2: (4, 100)}).new_state.leader == 3
+    # Ties in assignment order; only live replicas; a replica that did not answer is left out.
+    assert E.elect(v, frozenset({2, 3}), 7, log_ends={3: (4, 100), 2: (4, 100)}).new_state.leader == 3
+    assert E.elect(v, frozenset({3}), 7, log_ends={2: (4, 100)}).new_state.leader == 3
+    assert E.elect(v, frozenset({2, 3}), 7, log_ends={2: (4, 1)}).new_state.leader == 2
+
+
+def test_unclean_recovery_never_overrides_a_clean_choice():
+    v = E.PartitionView("t", 0, (1, 2, 3), (), LeaderAndIsr(1, 4, (1, 3), (), 9), 1, True)
+    (d,) = E.on_brokers_changed([v], frozenset({2, 3}), frozenset({1}), frozenset(), 7,
+                                log_ends={("t", 0): {2: (4, 500), 3: (4, 100)}})
+    assert d.new_state.leader == 3 and not d.unclean
