@@ -3,8 +3,10 @@
 A mixin of ``Controller`` (it uses its ``states``, ``topics``, ``live``, ``epoch``
 and ``_connections``).
 
-* Restarted ISR members: every view goes through ``election.without_restarted_members``
-  before a decision, with the broker epochs of the live registrations.
+* Restarted ISR members (``election.restarted_members``, judged against the broker
+  epochs of the live registrations): every decision takes its view without them
+  (``_decision_view``), except the pass over broker changes, which writes them out
+  of the ISR (``Controller._broker_change_decisions``).
 * Unclean recovery (KIP-966): before an unclean election the controller asks the
   partition's live replicas where their logs end, so the most complete one leads.
   Without it an unclean election took the first live replica in assignment
