@@ -1,7 +1,7 @@
 """Thousands of seeded random schedules against the real core; every step is checked.
 
-ADS_SIM_SCHEDULES (default 1500, ~70 s on one core) sets how many; ADS_SIM_SEED
-replays one; ADS_SIM_FIRST_SEED moves the window. Longer run (about 30 min):
+ADS_SIM_SCHEDULES (default 4000, 60-90 s on one core) sets how many; ADS_SIM_SEED
+replays one; ADS_SIM_FIRST_SEED moves the window. Longer run (11-18 min here):
     ADS_SIM_SCHEDULES=40000 ADS_SIM_FIRST_SEED=100000 pytest tests/sim -k random
 """
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.sim.runner import run_schedule
 
-SCHEDULES = int(os.environ.get("ADS_SIM_SCHEDULES", "1500"))
+SCHEDULES = int(os.environ.get("ADS_SIM_SCHEDULES", "4000"))
 FIRST_SEED = int(os.environ.get("ADS_SIM_FIRST_SEED", "0"))
 # Seeds outside the default window that once found a bug; always run, so each fix stays fixed.
 #   203695: a late fetch answer about an older log position truncated a follower below the HW.
