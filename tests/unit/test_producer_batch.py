@@ -3,15 +3,17 @@ how a shared request's answer reaches each part."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import deque
 from concurrent.futures import Future
 
 import pyarrow as pa
 import pytest
 
-from ads_spark.client.producer_batch import PARTS_PER_REQUEST_MAX, ProducerBatch, put_back, take_coalesced
+from ads_spark.client.producer_batch import PARTS_PER_REQUEST_MAX, OpenBatch, ProducerBatch, put_back, take_coalesced
 from ads_spark.errors import NotEnoughReplicasError
-from ads_spark.records import conform_produce_batch
+from ads_spark.records import PRODUCE_SCHEMA, conform_produce_batch
 
 NOW_MS = 1_000
 
@@ -87,3 +89,38 @@ def test_batches_put_back_return_to_their_place_in_call_order():
     assert [item.queue_order for item in queue] == [0, 1, 2, 3, 4]
     put_back(queue, queued(1, 9, queue_order=9))
     assert [item.queue_order for item in queue] == [0, 1, 2, 3, 4, 9]
+
+
+def _open_batch(rows: list[tuple]) -> OpenBatch:
+    batch = OpenBatch("t", 0, 0)
+    for key, value, timestamp_ms in rows:
+        batch.keys.append(key)
+        batch.values.append(value)
+        batch.headers.append(None)
+        batch.timestamps_ms.append(timestamp_ms)
+    return batch
+
+
+def test_record_batch_columns_match_arrows_own_conversion():
+    rows = [(None, b"a", 1), (b"k", b"", 2), (None, b"x" * 5000, 3), (b"", b"z", 4)]
+    built = _open_batch(rows).record_batch(following=[_open_batch([(None, None, 5), (b"k2", b"last", 6)])])
+    built.validate(full=True)
+    every = rows + [(None, None, 5), (b"k2", b"last", 6)]
+    assert built.column("key").to_pylist() == [key for key, _, _ in every]
+    assert built.column("value").to_pylist() == [value for _, value, _ in every]
+    assert built.column("timestamp").cast(pa.int64()).to_pylist() == [ts for _, _, ts in every]
+    assert built.schema == PRODUCE_SCHEMA
+
+
+def test_building_a_batch_does_not_import_pandas():
+    """The first ``pa.array`` over a list imports pandas: 150-300 ms and, in a new process, ~1.3 us of client
+    CPU per record over a 200k-record run. A fresh interpreter builds a usual batch (no keys, no headers)."""
+    script = ("import sys\nfrom ads_spark.client.producer_batch import OpenBatch\n"
+              "batch = OpenBatch('t', 0, 0)\n"
+              "for i in range(1000):\n"
+              "    batch.keys.append(None); batch.values.append(b'v%d' % i); batch.headers.append(None)\n"
+              "    batch.timestamps_ms.append(1_700_000_000_000 + i)\n"
+              "batch.record_batch().validate(full=True)\n"
+              "print('pandas' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stdout + result.stderr
