@@ -33,7 +33,8 @@ from ads_spark.replication.isr import next_elr
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
 
 # Test-only switch for the simulation's mutation tests: "any_replica" elects the
-# first live replica whether or not it is in sync (a planted bug).
+# first live replica whether or not it is in sync; "ignore_restarted" takes no ISR
+# member for restarted since the ISR was written (planted bugs).
 MUTATION: str | None = None
 
 
@@ -131,6 +132,8 @@ def restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]
     not go to the ELR, and a pass over broker changes writes the ISR without it; its leader removes it
     as well once its fetches show the new epoch. A member without a recorded epoch is not checked.
     """
+    if MUTATION == "ignore_restarted":
+        return frozenset()
     cur = view.state
     return frozenset(member for member, recorded in cur.isr_broker_epochs
                      if member in cur.isr and live_broker_epochs.get(member, recorded) != recorded)

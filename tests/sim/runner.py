@@ -122,7 +122,8 @@ def mutation(name: str | None):
     saved = (hw.MUTATION, core.TRUNCATION_MUTATION, election.MUTATION)
     hw.MUTATION = "max" if name == "hw_max" else None
     core.TRUNCATION_MUTATION = "hw" if name == "truncate_to_hw" else None
-    election.MUTATION = "any_replica" if name == "elect_any_replica" else None
+    election.MUTATION = {"elect_any_replica": "any_replica",
+                         "ignore_restarted_members": "ignore_restarted"}.get(name or "")
     try:
         yield
     finally:

@@ -27,3 +27,12 @@ def test_mutation_switches_are_restored():
     from ads_spark.replication import partition as core
     run_schedule(0, steps=5, mutation_name="hw_max")
     assert hw.MUTATION is None and core.TRUNCATION_MUTATION is None and election.MUTATION is None
+
+
+def test_sim_sees_a_restarted_member_the_controller_could_elect():
+    """Seed 1034869 with the controller's check of recorded broker epochs planted out: the write adding a
+    member lands after it restarted below the HW, and the checker's controller-side invariant sees it."""
+    checker, _ = run_schedule(1034869, mutation_name="ignore_restarted_members")
+    assert any("the controller may elect cleanly" in v for v in checker.violations), checker.violations
+    checker, _ = run_schedule(1034869)
+    assert not checker.violations
