@@ -60,9 +60,11 @@ READ_STEP_RECORDS_INITIAL = 4096  # first sub-range of a task; later ones aim at
 READ_STEP_RECORDS_MAX = 1 << 20
 READ_STEP_BYTES_TARGET = 8 << 20
 FETCH_BYTES_MAX = 8 << 20  # per fetch request
-# A new leader's HW may lag behind the planned end until its followers fetch again (after a
-# failover that takes a ZooKeeper session timeout and an election): wait that long at most.
-EMPTY_FETCH_WAIT_S_MAX = 30.0
+# A new leader's HW may lag behind the planned end until its followers fetch again (KIP-207), and
+# until an ISR member that died with the old leader is dropped: replica.lag.time.max.ms (30 s by
+# default) after a ZooKeeper session timeout and an election. Only after that is an empty read taken
+# for lost data; Spark's Kafka source waits kafkaConsumer.pollTimeoutMs (120 s by default) alike.
+EMPTY_FETCH_WAIT_S_MAX = 120.0
 EMPTY_FETCH_BACKOFF_S = 0.2
 
 
