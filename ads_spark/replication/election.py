@@ -118,7 +118,10 @@ def _decide(view: PartitionView, isr: frozenset[int], elr: frozenset[int], leade
         elr=tuple(sorted(elr - isr)),
         partition_epoch=cur.partition_epoch + 1,
         controller_epoch=controller_epoch,
-        isr_broker_epochs=tuple(pair for pair in cur.isr_broker_epochs if pair[0] in isr),
+        # The leader's own entry is dropped: leaders record only their followers, and an entry carried over
+        # for an unclean choice named the incarnation it had when it was last in sync (seed 547 with unclean
+        # election on: the next pass took the new leader for restarted and wrote it out of its own ISR).
+        isr_broker_epochs=tuple(pair for pair in cur.isr_broker_epochs if pair[0] in isr and pair[0] != leader),
     )
     return Decision(view.topic, view.partition, new, cur.partition_epoch, unclean, reason)
 
@@ -135,8 +138,10 @@ def restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]
     if MUTATION == "ignore_restarted":
         return frozenset()
     cur = view.state
+    # Never the leader: a leader that restarted is a failed broker, and the partition gets a new leader.
     return frozenset(member for member, recorded in cur.isr_broker_epochs
-                     if member in cur.isr and live_broker_epochs.get(member, recorded) != recorded)
+                     if member in cur.isr and member != cur.leader
+                     and live_broker_epochs.get(member, recorded) != recorded)
 
 
 def without_restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]) -> PartitionView:

@@ -1,5 +1,7 @@
 """The controller's pure decisions: election order, batched failure handling, preferred, controlled shutdown, ELR."""
 
+from dataclasses import replace
+
 from ads_spark.errors import ErrorCode
 from ads_spark.replication import election as E
 from ads_spark.replication.isr import next_elr
@@ -137,7 +139,17 @@ def test_a_member_registered_under_another_epoch_than_recorded_is_no_candidate()
                                 live_broker_epochs={2: 7, 3: 6})
     assert d.new_state.leader == 3 and d.new_state.isr == (3,)
     assert d.new_state.elr == (1,)  # the dead leader may come back with everything; 2 may not
-    assert d.new_state.isr_broker_epochs == ((3, 6),)
+    assert d.new_state.isr_broker_epochs == ()  # a leader's own entry is not kept
+
+
+def test_an_unclean_choice_is_not_taken_for_restarted_by_the_next_pass():
+    """Simulation seed 547 with unclean election on: the unclean choice kept the epoch recorded when it was
+    last in sync; the next pass took it for restarted and wrote it out of its own ISR (leader not in ISR)."""
+    v = E.PartitionView("t", 0, (1, 2, 3), (), LeaderAndIsr(1, 4, (1, 2), (), 9, 0, ((2, 5),)), 2, True)
+    (d,) = E.on_brokers_changed([v], frozenset({2}), frozenset({1}), frozenset(), 3, live_broker_epochs={2: 7})
+    assert d.unclean and d.new_state.leader == 2 and d.new_state.isr == (2,) and d.new_state.isr_broker_epochs == ()
+    elected = E.PartitionView("t", 0, (1, 2, 3), (), replace(d.new_state, isr_broker_epochs=((2, 5),)), 2, True)
+    assert E.restarted_members(elected, {2: 7}) == frozenset()  # never the leader
 
 
 def test_a_pass_over_broker_changes_writes_restarted_members_out_of_the_isr():
