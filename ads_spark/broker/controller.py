@@ -28,7 +28,8 @@ from ads_spark.broker.controller_reassign import ReassignmentRuntime
 from ads_spark.broker.controller_candidates import CandidateChecks
 from ads_spark.replication import election
 from ads_spark.replication.election import Decision, PartitionView
-from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
+from ads_spark.broker.zk_model import PartitionStateZnode
+from ads_spark.replication.state import NO_LEADER
 
 log = logging.getLogger("ads.controller")
 
@@ -163,12 +164,10 @@ class Controller(ReassignmentRuntime, CandidateChecks):
 
     def _view(self, topic: str, number: int, replicas, versioned) -> PartitionView:
         """The pure decision input for one partition, from its topic config and state znode."""
-        state = versioned.state
         return PartitionView(
             topic, number, tuple(int(r) for r in replicas),
             tuple(int(r) for r in self.topics.get(topic, {}).get("observers", {}).get(number, ())),
-            LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
-                         versioned.zk_version, state.controller_epoch, state.isr_broker_epochs),
+            versioned.state.to_leader_and_isr(versioned.zk_version),
             **self._topic_settings(topic),
         )
 
@@ -285,7 +284,7 @@ class Controller(ReassignmentRuntime, CandidateChecks):
     def _elect_offline(self, keys: set) -> None:
         """Elect a leader for every partition in ``keys`` whose leader is not alive (pure decision)."""
         live = frozenset(self.live)
-        views = [view for view in (self._decision_view(self.states[key]) for key in sorted(keys))
+        views = [view for view in self._decision_views(self.states[key] for key in sorted(keys))
                  if view.state.leader not in live]
 
         def decide(log_ends) -> list[Decision]:
@@ -305,10 +304,7 @@ class Controller(ReassignmentRuntime, CandidateChecks):
         if not decisions:
             return set()
         started = time.monotonic()
-        changes = [(d.topic, d.partition, {"leader": d.new_state.leader, "leader_epoch": d.new_state.leader_epoch,
-                                           "isr": list(d.new_state.isr), "elr": list(d.new_state.elr),
-                                           "isr_broker_epochs": {str(member): epoch for member, epoch
-                                                                 in d.new_state.isr_broker_epochs}},
+        changes = [(d.topic, d.partition, PartitionStateZnode.from_leader_and_isr(d.new_state),
                     d.expected_partition_epoch) for d in decisions]
         results = self.zk.write_partition_states(self.epoch, self.epoch_version, changes)
         changed = set()
@@ -457,10 +453,11 @@ class Controller(ReassignmentRuntime, CandidateChecks):
         live = frozenset(self.live)
         results, decisions = [], []
         keys = sorted(self.states) if keys is None else keys
-        log_ends = {} if election_type == "preferred" else self._replica_log_ends(
-            {key for key in keys if key in self.states and self.states[key].state.leader not in live})
+        views = dict(zip([k for k in keys if k in self.states],
+                         self._decision_views(self.states[k] for k in keys if k in self.states)))
+        unclean = {} if election_type == "preferred" else self._requested_unclean_elections(views, live)
         for key in keys:
-            view = None if key not in self.states else self._decision_view(self.states[key])
+            view = views.get(key)
             item = {"topic": key[0], "partition": key[1], "error_code": 0}
             if view is None:
                 item.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), message="no such partition")
@@ -473,8 +470,7 @@ class Controller(ReassignmentRuntime, CandidateChecks):
             elif view.state.leader in live:
                 item.update(error_code=int(ErrorCode.ELECTION_NOT_NEEDED), message="the partition has a leader")
             else:
-                decision = election.elect(replace(view, unclean_leader_election_enable=True), live, self.epoch,
-                                          reason="unclean election requested", log_ends=log_ends.get(key))
+                decision = unclean[key]
                 if decision.new_state.leader == NO_LEADER:
                     item.update(error_code=int(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE), message="no live replica")
                 else:
@@ -484,6 +480,15 @@ class Controller(ReassignmentRuntime, CandidateChecks):
         if decisions:
             self._push_metadata_everywhere()
         return {"error_code": 0, "partitions": results}
+
+    def _requested_unclean_elections(self, views: dict, live: frozenset[int]) -> dict[tuple[str, int], Decision]:
+        """The decision for each leaderless partition of ``views``, unclean election allowed."""
+        offline = [replace(view, unclean_leader_election_enable=True) for view in views.values()
+                   if view.state.leader not in live]
+        decisions = self._with_unclean_recovery(lambda log_ends: [
+            election.elect(view, live, self.epoch, reason="unclean election requested",
+                           log_ends=(log_ends or {}).get((view.topic, view.partition))) for view in offline])
+        return {(d.topic, d.partition): d for d in decisions}
 
     def _maybe_rebalance(self) -> None:
         """auto.leader.rebalance.enable: preferred elections for brokers over the imbalance limit."""

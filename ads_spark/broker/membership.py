@@ -154,18 +154,14 @@ class ZkMembership:
 
     def update_isr(self, topic: str, partition: int, proposed: LeaderAndIsr):
         """A leader's conditional ISR write: (accepted as written, None) or (None, current state)."""
-        znode = PartitionStateZnode(proposed.leader, proposed.leader_epoch, tuple(proposed.isr), tuple(proposed.elr),
-                                    controller_epoch=proposed.controller_epoch,
-                                    isr_broker_epochs=proposed.isr_broker_epochs)
-        result = self.zk.update_isr(topic, partition, znode, proposed.partition_epoch)
+        result = self.zk.update_isr(topic, partition, PartitionStateZnode.from_leader_and_isr(proposed),
+                                    proposed.partition_epoch)
         if isinstance(result, int):
             return replace(proposed, partition_epoch=result), None
         current = result.current
         if current is None:
             return None, None
-        state = current.state
-        return None, LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
-                                  current.zk_version, state.controller_epoch, state.isr_broker_epochs)
+        return None, current.state.to_leader_and_isr(current.zk_version)
 
     def next_producer_id(self) -> int:
         """Ids come in blocks claimed by conditional writes in ZooKeeper, so no two brokers hand out the same one."""

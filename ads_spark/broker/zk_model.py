@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from ads_spark.errors import InvalidTopicError
+from ads_spark.replication.state import LeaderAndIsr
 
 CLUSTER_ID_PATH = "/cluster/id"
 CONTROLLER_PATH = "/controller"
@@ -147,6 +148,17 @@ class PartitionStateZnode:
     @classmethod
     def from_json(cls, data: bytes) -> "PartitionStateZnode":
         return cls.from_dict(decode_json(data))
+
+    @classmethod
+    def from_leader_and_isr(cls, state: LeaderAndIsr) -> "PartitionStateZnode":
+        """The znode value of the core's ``state`` (its partition epoch is the version, stamped on write)."""
+        return cls(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
+                   controller_epoch=state.controller_epoch, isr_broker_epochs=tuple(state.isr_broker_epochs))
+
+    def to_leader_and_isr(self, zk_version: int) -> LeaderAndIsr:
+        """The core's value of this znode, read at ``zk_version`` (its partition epoch)."""
+        return LeaderAndIsr(self.leader, self.leader_epoch, tuple(self.isr), tuple(self.elr), zk_version,
+                            self.controller_epoch, self.isr_broker_epochs)
 
     def same_decision(self, other: "PartitionStateZnode") -> bool:
         """Equal in everything but the bookkeeping epochs the adapter stamps."""

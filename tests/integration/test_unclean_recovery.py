@@ -22,8 +22,10 @@ def produce_acked(cluster, topic: str, values: list[bytes]) -> None:
     assert all(f.exception() is None for f in futures)
 
 
-@pytest.mark.timeout(240)
-def test_unclean_election_takes_the_replica_whose_log_holds_the_most(fresh_cluster, topic_name):
+def offline_with_two_unequal_replicas(fresh_cluster, topic_name):
+    """3 brokers, one partition assigned (1, 3, 2), min ISR 1: 100 records committed on {1, 2} while 3 was
+    down, 50 more on 1 alone while 2 was down; then 1 dies and 2 and 3 come back. Offline (unclean election
+    off); returns the cluster, an Admin and the 100 records broker 2 holds."""
     cluster = fresh_cluster(3, overrides=["replica.lag.time.max.ms=1500"])
     admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
     # Assignment order 1, 3, 2: in that order, an unclean election picks 3 before 2.
@@ -44,7 +46,12 @@ def test_unclean_election_takes_the_replica_whose_log_holds_the_most(fresh_clust
     wait_until(lambda: len(admin.cluster().get("brokers") or []) == 2, what="brokers 2 and 3 registered")
     time.sleep(2)  # the controller has seen both; the partition stays offline with unclean election off
     assert leader_of(admin, topic_name)[0] == -1
+    return cluster, admin, committed_on_2
 
+
+@pytest.mark.timeout(240)
+def test_unclean_election_takes_the_replica_whose_log_holds_the_most(fresh_cluster, topic_name):
+    cluster, admin, committed_on_2 = offline_with_two_unequal_replicas(fresh_cluster, topic_name)
     admin.alter_configs(topic_name, {"unclean.leader.election.enable": "true"})
     assert wait_until(lambda: (lambda leader: leader if leader >= 0 else None)(leader_of(admin, topic_name)[0]),
                       what="the unclean election") == 2
@@ -81,4 +88,17 @@ def test_unclean_election_takes_the_replica_whose_log_holds_the_most(fresh_clust
     # Right after the move, broker 1's HW may lag until its followers fetch; reads wait for it (KIP-207)
     # instead of seeing the partition end at 0 (this read found that, once in five runs).
     assert read_all(cluster.bootstrap_servers, topic_name) == committed_on_2
+    admin.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_requested_unclean_election_takes_the_replica_whose_log_holds_the_most(fresh_cluster, topic_name):
+    """``ads leader-election --election-type unclean`` (Admin.elect_leaders) goes the same way."""
+    cluster, admin, committed_on_2 = offline_with_two_unequal_replicas(fresh_cluster, topic_name)
+    answer = admin.elect_leaders("unclean", [TopicPartition(topic_name, 0)])
+    assert [item["error_code"] for item in answer["partitions"]] == [0]
+    assert wait_until(lambda: (lambda leader: leader if leader >= 0 else None)(leader_of(admin, topic_name)[0]),
+                      what="the unclean election") == 2
+    assert wait_until(lambda: read_all(cluster.bootstrap_servers, topic_name) == committed_on_2,
+                      what="broker 2's records, readable")
     admin.close()
