@@ -29,6 +29,8 @@ order, and the batch it waits for sits behind them until the delivery timeout.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -90,19 +92,29 @@ def _timestamps_column(timestamps_ms: list[int]) -> pa.Array:
 
 
 def _binary_column(values: list) -> pa.Array:
-    """``values`` (bytes or None) as a binary column: one join and the offsets from their lengths."""
+    """``values`` (bytes or None) as a binary column: one join and the offsets from their lengths; some
+    null (tombstones among values, records with and without keys) add a validity bitmap."""
+    count = len(values)
     nulls = values.count(None)
-    if nulls == len(values):
-        return pa.nulls(len(values), pa.binary())  # no keys: the common case
+    if nulls == count:
+        return pa.nulls(count, pa.binary())  # no keys: the common case
+    given = values
     if nulls:
-        return pa.array(values, pa.binary())  # some null (tombstones among values): Arrow's converter
-    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+        values = [b"" if value is None else value for value in values]
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=count)
+    validity = None
+    if nulls:
+        present = lengths > 0
+        if count - np.count_nonzero(present) != nulls:  # some values are empty, not null: tell them apart
+            present = np.fromiter(map(operator.is_not, given, itertools.repeat(None)), dtype=bool, count=count)
+        validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    offsets = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] > BINARY_OFFSETS_MAX:
-        return pa.array(values, pa.binary())  # Arrow says why such a batch cannot be built
-    return pa.Array.from_buffers(pa.binary(), len(values),
-                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(values))])
+        return pa.array(given, pa.binary())  # Arrow says why such a batch cannot be built
+    return pa.Array.from_buffers(pa.binary(), count,
+                                 [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(values))],
+                                 null_count=nulls)
 
 
 def _column(values: list, arrow_type: pa.DataType) -> pa.Array:
