@@ -121,10 +121,11 @@ class BrokerFlightServer(flight.FlightServerBase):
 
 # Carries the metadata of a partition with nothing to send. Built once: building it per response
 # (RecordBatch.from_pylist against the nested schema) cost ~2-3 ms, more than the rest of a fetch.
-_EMPTY_BATCH = pa.RecordBatch.from_arrays([pa.array([], field.type) for field in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+# From pa.nulls, not pa.array over a list: that imports pandas, 0.2-0.3 s of every broker's start.
+_EMPTY_BATCH = pa.RecordBatch.from_arrays([pa.nulls(0, field.type) for field in RECORD_SCHEMA], schema=RECORD_SCHEMA)
 
 
-_EMPTY_MESSAGE_BATCH = pa.RecordBatch.from_arrays([pa.array([], pa.binary())], schema=REPLICA_MESSAGE_SCHEMA)
+_EMPTY_MESSAGE_BATCH = pa.RecordBatch.from_arrays([pa.nulls(0, pa.binary())], schema=REPLICA_MESSAGE_SCHEMA)
 
 
 def _fetch_stream(responses, empty_batch=_EMPTY_BATCH, end_marked: bool = False):

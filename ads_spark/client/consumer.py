@@ -286,7 +286,7 @@ class Consumer:
             if position >= chunk.high_watermark:
                 break
         if not tables:
-            return RECORD_SCHEMA.empty_table()
+            return _empty_table()
         return _slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive)
 
     def poll_arrow(self, timeout: float = 1.0) -> dict[TopicPartition, pa.Table]:
@@ -317,8 +317,13 @@ class Consumer:
             self._connections.close()
 
 
+def _empty_table() -> pa.Table:
+    # Not ``Schema.empty_table()``: it imports pandas (150-300 ms), at a consumer's first empty answer.
+    return pa.Table.from_batches([], schema=RECORD_SCHEMA)
+
+
 def _chunk(batches: list[pa.RecordBatch], start: int, high_watermark: int, log_start_offset: int) -> FetchedChunk:
-    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA) if batches else RECORD_SCHEMA.empty_table()
+    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
     table = _slice_offsets(table, start, high_watermark)
     next_offset = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else start
     return FetchedChunk(table, high_watermark, log_start_offset, next_offset)

@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from ads_spark.client.delivery import BatchOutcome
 from ads_spark.errors import AdsError
-from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA
+from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, int64_column
 
 PARTS_PER_REQUEST_MAX = 256  # bounds the per-request bookkeeping when batches are tiny
 
@@ -87,8 +87,7 @@ BINARY_OFFSETS_MAX = (1 << 31) - 1  # pa.binary()'s int32 offsets
 
 
 def _timestamps_column(timestamps_ms: list[int]) -> pa.Array:
-    millis = np.fromiter(timestamps_ms, dtype=np.int64, count=len(timestamps_ms))
-    return pa.Array.from_buffers(pa.timestamp("ms"), len(millis), [None, pa.py_buffer(millis)])
+    return int64_column(np.fromiter(timestamps_ms, dtype=np.int64, count=len(timestamps_ms)), pa.timestamp("ms"))
 
 
 def _binary_column(values: list) -> pa.Array:

@@ -42,7 +42,7 @@ from ads_spark.errors import (
     RecordTooLargeError, StorageError,
 )
 from ads_spark.records import (
-    PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
+    PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader, int64_column,
 )
 
 log = logging.getLogger("ads.log")
@@ -89,10 +89,10 @@ def _load_segments(directory: Path, bases: list[int], recovery_point: int, clean
 def _stamp(batch: pa.RecordBatch, base_offset: int, timestamp_type: int, now_ms: int) -> tuple[pa.RecordBatch, int]:
     """The stored form of a produce batch: offsets prepended (vectorised) and its max timestamp in ms."""
     n = batch.num_rows
-    offsets = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
+    offsets = int64_column(np.arange(base_offset, base_offset + n, dtype=np.int64))
     columns = list(batch.columns)
     if timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
-        columns[0] = pa.array(np.full(n, now_ms, dtype="datetime64[ms]"))
+        columns[0] = int64_column(np.full(n, now_ms, dtype=np.int64), pa.timestamp("ms"))
         max_timestamp_ms = now_ms
     else:
         max_timestamp_ms = pc.max(columns[0]).value
