@@ -30,13 +30,18 @@ class FakeProducer:
 
 
 class FakeAdmin:
-    def __init__(self, partitions):
-        self.partitions = partitions
+    def __init__(self, partitions, max_message_bytes=None):
+        self.partitions, self.max_message_bytes = partitions, max_message_bytes or {}
 
     def describe_topics(self, names):
         if names[0] not in self.partitions:
             raise UnknownTopicOrPartitionError("nope")
         return [SimpleNamespace(topic=names[0], partitions=list(range(self.partitions[names[0]])))]
+
+    def describe_configs(self, topic):
+        value = self.max_message_bytes.get(topic, 8 << 20)
+        return {"topic": topic, "configs": [{"name": "max.message.bytes", "value": str(value)},
+                                            {"name": "retention.ms", "value": "604800000"}]}
 
 
 @pytest.fixture
@@ -69,6 +74,36 @@ def test_large_partition_batches_are_chunked(fakes):
     options = parse_sink_options({"ads.bootstrap.servers": "h:1", "topic": "b", "ads.batch.size": "1000"})
     writer.write_batches(options, iter([batch(value=[b"v" * 300] * 10)]))
     assert [b.num_rows for _, _, b in fakes.sent] == [3, 3, 3, 1]
+
+
+def test_without_a_batch_size_batches_fill_the_request_limit_within_the_topics(monkeypatch):
+    """One request per produce batch (the sink never coalesces): batches as large as a request may be, and
+    no larger than the topic accepts."""
+    producer = FakeProducer()
+    monkeypatch.setattr(writer.clients, "producer_for", lambda config: producer)
+    monkeypatch.setattr(writer.clients, "admin_for",
+                        lambda config: FakeAdmin({"big": 1, "small": 1}, max_message_bytes={"small": 5_000}))
+    for topic in ("big", "small"):
+        writer.write_batches(parse_sink_options({"ads.bootstrap.servers": "h:1", "topic": topic}),
+                             iter([batch(value=[b"v" * 1000] * 6000)]))
+    big = [b for t, _, b in producer.sent if t == "big"]
+    small = [b for t, _, b in producer.sent if t == "small"]
+    assert sum(b.num_rows for b in big) == sum(b.num_rows for b in small) == 6000
+    assert len(big) == 2 and all(b.nbytes <= 4 << 20 for b in big)  # 6 MB in 4 MiB requests
+    assert all(b.nbytes <= 5_000 for b in small) and max(b.num_rows for b in small) == 4
+
+
+def test_a_chunk_over_the_limit_after_the_estimate_is_halved(fakes):
+    """Headers are not in the per-row estimate: a chunk whose Arrow size still exceeds the limit is halved
+    until it fits, so the cut stays a function of the rows (replays cut the same batches)."""
+    header = [{"key": "h", "value": b"x" * 200}]
+    options = parse_sink_options({"ads.bootstrap.servers": "h:1", "topic": "b", "ads.batch.size": "600"})
+    rows = batch(value=[b"v"] * 8, headers=[header] * 8)
+    for _ in range(2):
+        fakes.sent.clear()
+        writer.write_batches(options, iter([rows]))
+        assert [b.num_rows for _, _, b in fakes.sent] == [2, 2, 2, 2]
+        assert all(b.nbytes <= 600 for _, _, b in fakes.sent)
 
 
 def test_unacknowledged_batch_fails_the_task(monkeypatch):
