@@ -125,7 +125,8 @@ class SimBroker:
             case core.ProduceCompleted():
                 meta = c.requests.get(eff.request_id)
                 if meta is not None and meta.acks != 0:
-                    c.net.send(now, self.id, CLIENT, ProduceResp(eff.request_id, eff.error, eff.base_offset))
+                    c.net.send(now, self.id, CLIENT, ProduceResp(eff.request_id, eff.error, eff.base_offset,
+                                                                   self.states[p].leader_epoch))
                 self.payloads.pop(eff.request_id, None)
             case core.ReplyFetch():
                 batches = () if eff.error is not ErrorCode.NONE or eff.diverging_epoch else tuple(

@@ -89,6 +89,7 @@ class ProduceResp:
     req_id: int
     error: ErrorCode
     base_offset: int
+    leader_epoch: int  # the answering leader's (the checker does not hold a fenced epoch to a newer history)
 
 
 @dataclass(frozen=True)

@@ -84,13 +84,13 @@ class SimProducer:
         meta = self.c.requests[msg.req_id]
         if p == -1:
             if msg.error is ErrorCode.NONE:
-                self.c.checker.on_ack(meta.p, meta.acks, msg.base_offset, meta.rids)
+                self.c.checker.on_ack(meta.p, meta.acks, msg.base_offset, meta.rids, msg.leader_epoch)
             return
         f = self.inflight.get(p)
         if f is None or f.req_id != msg.req_id:
             return
         if msg.error is ErrorCode.NONE:
-            self.c.checker.on_ack(p, -1, msg.base_offset, f.rids)
+            self.c.checker.on_ack(p, -1, msg.base_offset, f.rids, msg.leader_epoch)
             del self.inflight[p]
             self.next_seq[p] = f.seq + len(f.rids)
         elif msg.error in RETRIABLE:
@@ -175,7 +175,7 @@ def run_schedule(seed: int, steps: int = 220, mutation_name: str | None = None,
     # to truncate). Chosen from the seed, not drawn, so every other seed replays the schedule it always had.
     if seed % UNCLEAN_SEED_MODULUS == UNCLEAN_SEED_REMAINDER:
         cfg = replace(cfg, unclean=True)
-    checker = Checker(void_after_unclean=cfg.unclean)
+    checker = Checker(rebase_after_unclean=cfg.unclean)
     faults: list[str] = []
     with mutation(mutation_name):
         cluster = Cluster(cfg, rng, checker)

@@ -5,9 +5,14 @@ member"), truncate_to_hw at seed 0 (same invariant: a new follower cut to its
 stale HW), elect_any_replica at seed 6 ("no acknowledged record lost").
 """
 
+import re
+
 import pytest
 
-from tests.sim.runner import run_schedule
+from ads_spark.replication import hw
+from tests.sim import runner
+from tests.sim.checker import Checker
+from tests.sim.runner import mutation, run_schedule
 
 SEEDS_MAX = 60
 
@@ -36,3 +41,37 @@ def test_sim_sees_a_restarted_member_the_controller_could_elect():
     assert any("the controller may elect cleanly" in v for v in checker.violations), checker.violations
     checker, _ = run_schedule(1034869)
     assert not checker.violations
+
+
+class _BugAfterUncleanElection(Checker):
+    """Plants ``hw_max`` at the first unclean election: a bug that only shows in the history after one."""
+
+    def on_election(self, decision) -> None:
+        super().on_election(decision)
+        if decision.unclean:
+            hw.MUTATION = "max"
+
+
+def test_sim_checks_the_history_after_an_unclean_election(monkeypatch):
+    """Unclean schedules once stopped checking a partition's history at its unclean election; it now starts
+    again from the new leader's log. Clean, they keep every invariant and acknowledged records are checked
+    after the election; with a bug planted at the election, the checker finds it in that partition."""
+    unclean_seeds = [seed for seed in range(3, 1600, 8)]
+    checked_after, rebased = 0, 0
+    for seed in unclean_seeds:
+        checker, _ = run_schedule(seed)
+        assert not checker.violations, (seed, checker.violations)
+        checked_after += checker.acked_after_rebase
+        rebased += bool(checker.unclean_epoch)
+    assert rebased >= 5 and checked_after > 0, (rebased, checked_after)
+
+    monkeypatch.setattr(runner, "Checker", _BugAfterUncleanElection)
+    caught = []
+    for seed in unclean_seeds:
+        with mutation(None):  # restores hw.MUTATION after each schedule
+            checker, _ = run_schedule(seed)
+        found = re.search(r'": p(\d+) ', checker.violations[0]) if checker.violations else None
+        if found and int(found.group(1)) in checker.unclean_epoch:  # in a partition the old checker gave up on
+            caught.append((seed, checker.violations[0]))
+    assert caught, "a bug planted at unclean elections went unseen"
+    print(f"caught after an unclean election at seed {caught[0][0]}: {caught[0][1]}")
