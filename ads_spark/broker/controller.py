@@ -222,6 +222,7 @@ class Controller(ReassignmentRuntime, CandidateChecks):
         for key, versioned in self.zk.read_partition_states(keys).items():
             self.states[key] = replace(self.states[key], state=self._view(
                 key[0], key[1], self.states[key].replicas, versioned).state)
+        self._write_out_restarted_members(keys)
         self._maybe_complete_reassignments()
         self._push_metadata_everywhere()
 

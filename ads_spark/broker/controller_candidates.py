@@ -6,7 +6,8 @@ and ``_connections``).
 * Restarted ISR members (``election.restarted_members``, judged against the broker
   epochs of the live registrations): every decision takes its view without them
   (``_decision_view``), except the pass over broker changes, which writes them out
-  of the ISR (``Controller._broker_change_decisions``).
+  of the ISR (``Controller._broker_change_decisions``), and ``_write_out_restarted_members``
+  after ISR changes, which does the same for a member a leader's late write named.
 * Unclean recovery (KIP-966): before an unclean election the controller asks the
   partition's live replicas where their logs end, so the most complete one leads.
   Without it an unclean election took the first live replica in assignment
@@ -45,6 +46,23 @@ class CandidateChecks:
     def _decision_views(self, views) -> list[PartitionView]:
         live_broker_epochs = self._live_broker_epochs()
         return [election.without_restarted_members(view, live_broker_epochs) for view in views]
+
+    def _write_out_restarted_members(self, keys) -> None:
+        """After ISR changes: the ISR of ``keys`` without members restarted since the leader's write named them.
+
+        A leader's write adding a member can land after that member restarted, and so after the pass over
+        broker changes that took the restarted broker out (simulation seed 1034869). The read-time check
+        already keeps such a member from being elected; this writes it out of the znode too, as the
+        simulation's controller does on every round, so metadata and the ELR stop counting it."""
+        epochs = self._live_broker_epochs()
+        views = [self.states[key] for key in sorted(keys)
+                 if key in self.states and election.restarted_members(self.states[key], epochs)]
+        if not views:
+            return
+        live = frozenset(self.live)
+        self._apply_decisions(self._with_unclean_recovery(lambda log_ends: election.on_brokers_changed(
+            views, live, frozenset(), unclean_restarted=frozenset(), controller_epoch=self.epoch,
+            log_ends=log_ends, live_broker_epochs=epochs)))
 
     def _live_broker_epochs(self) -> dict[int, int]:
         return {b: int(info["broker_epoch"]) for b, info in self.live.items() if "broker_epoch" in info}

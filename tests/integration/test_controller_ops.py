@@ -243,3 +243,41 @@ def test_controller_failover_resumes_every_duty_and_metrics_follow(fresh_cluster
                what="no under-replicated partition once the old controller is back")
     assert admin.cluster().get("controller_id") == new  # it did not take the role back
     admin.close()
+
+
+def test_an_isr_write_naming_an_old_incarnation_is_undone_by_the_controller(fresh_cluster, topic_name):
+    """A leader's ISR write can land after a member it names restarted (its write was in flight). The
+    controller, told of the ISR change, writes that member out (it had done so only on broker changes);
+    the leader then adds it back under the incarnation it hears from. Planted here by writing the znode as
+    such a late write would, with its notification."""
+    from dataclasses import replace
+
+    from ads_spark.broker.zk import ZkClient
+    from ads_spark.client import Producer
+
+    cluster = fresh_cluster(3)
+    admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topic(topic_name, 1, 3, config={"min.insync.replicas": "2"})
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        producer.produce(topic_name, value=b"before", partition=0).result(30)
+    wait_until(lambda: len(leaders(admin, topic_name)[0][2]) == 3, what="a full ISR")
+    zk = ZkClient(cluster.zookeeper_connect).connect()
+    try:
+        registered = {b: int(info["broker_epoch"]) for b, info in zk.live_brokers().items()}
+        current = zk.read_partition_state(topic_name, 0)
+        followers = sorted(b for b in current.state.isr if b != current.state.leader)
+        member = followers[0]  # recorded under an incarnation before the one registered now
+        late = replace(current.state, isr_broker_epochs=tuple(
+            (b, registered[b] - 1 if b == member else registered[b]) for b in followers))
+        assert isinstance(zk.update_isr(topic_name, 0, late, current.zk_version), int)
+
+        def member_recorded_rightly() -> bool:
+            state = zk.read_partition_state(topic_name, 0).state
+            return dict(state.isr_broker_epochs).get(member) == registered[member] and member in state.isr
+
+        wait_until(member_recorded_rightly, what=f"broker {member}'s old incarnation written out and back")
+    finally:
+        zk.close()
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}) as producer:
+        producer.produce(topic_name, value=b"after", partition=0).result(30)
+    admin.close()
