@@ -219,15 +219,15 @@ def _chunks(records: pa.RecordBatch, max_bytes: int) -> list[pa.RecordBatch]:
 
     row_bytes = ROW_OVERHEAD_BYTES + sum(np.asarray(pc.binary_length(records.column(name)).fill_null(0))
                                          for name in ("key", "value"))
-    pending = [records.slice(start, end - start) for start, end in chunk_bounds(row_bytes, max_bytes)]
+    pending = deque(records.slice(start, end - start) for start, end in chunk_bounds(row_bytes, max_bytes))
     chunks: list[pa.RecordBatch] = []
     while pending:  # halving ends: every split makes chunks of fewer rows, and one row is never split
-        chunk = pending.pop(0)
+        chunk = pending.popleft()
         if chunk.nbytes <= max_bytes or chunk.num_rows == 1:
             chunks.append(chunk)
-        else:  # more than the estimate (headers, or many tiny rows): halve, deterministically
+        else:  # more than the estimate (headers, or many tiny rows): halve, deterministically, in order
             half = chunk.num_rows // 2
-            pending[:0] = [chunk.slice(0, half), chunk.slice(half)]
+            pending.extendleft((chunk.slice(half), chunk.slice(0, half)))
     return chunks
 
 
