@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from ads_spark.client.consumer import _chunk
 from ads_spark.records import RECORD_SCHEMA
+from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
 
 
 def test_an_empty_answer_is_an_empty_chunk_at_the_asked_offset():
@@ -18,7 +16,4 @@ def test_an_empty_answer_is_an_empty_chunk_at_the_asked_offset():
 def test_an_empty_answer_does_not_import_pandas():
     """``Schema.empty_table()`` imports pandas: a consumer's first poll before any data arrived took 150-300 ms
     more, and the latency benchmark's first records waited ~200 ms behind it."""
-    script = ("import sys\nfrom ads_spark.client.consumer import _chunk\n"
-              "_chunk([], 0, 0, 0)\nprint('pandas' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert result.stdout.strip() == "False", result.stdout + result.stderr
+    assert_leaves_pandas_unimported("from ads_spark.client.consumer import _chunk\n_chunk([], 0, 0, 0)")

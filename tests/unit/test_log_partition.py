@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +20,7 @@ from ads_spark.records import (
     PRODUCE_SCHEMA, RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
     as_message_batch, message_of, seal, verify,
 )
+from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
 from tests.unit.test_log_support import open_log, produce_batch, stored_values, values_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -442,17 +441,15 @@ def test_a_broker_appending_does_not_import_pandas(tmp_path):
     """``pa.array`` imports pandas even for an ndarray: every broker did at start (0.29 against 0.17 s to import
     the broker, 123 against 86 MB). A fresh interpreter loads the broker, conforms a batch without timestamps
     and appends it with both timestamp types."""
-    script = ("import sys\nfrom pathlib import Path\nimport pyarrow as pa\nimport ads_spark.broker.broker\n"
-              "from ads_spark.broker.log import LogConfig\nfrom ads_spark.broker.log.partition_log import PartitionLog\n"
-              "from ads_spark.records import TIMESTAMP_TYPE_LOG_APPEND_TIME, conform_produce_batch\n"
-              "values = pa.Array.from_buffers(pa.binary(), 2, [None, pa.py_buffer(bytes([0, 0, 0, 0, 1, 0, 0, 0,"
-              " 3, 0, 0, 0])), pa.py_buffer(b'abc')])\n"
-              "batch = conform_produce_batch(pa.RecordBatch.from_arrays([values], names=['value']))\n"
-              f"log = PartitionLog.open(Path({str(tmp_path)!r}), LogConfig(), recovery_point=0, clean_shutdown=True,"
-              " now_ms=0)\n"
-              "log.append_as_leader(batch, leader_epoch=0, now_ms=5)\n"
-              "log.append_as_leader(batch, leader_epoch=0, now_ms=5, timestamp_type=TIMESTAMP_TYPE_LOG_APPEND_TIME)\n"
-              "assert [b.num_rows for b, _ in log.batches()] == [2, 2]\n"
-              "print('pandas' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert result.stdout.strip() == "False", result.stdout + result.stderr
+    assert_leaves_pandas_unimported(
+        "from pathlib import Path\nimport pyarrow as pa\nimport ads_spark.broker.broker\n"
+        "from ads_spark.broker.log import LogConfig\nfrom ads_spark.broker.log.partition_log import PartitionLog\n"
+        "from ads_spark.records import TIMESTAMP_TYPE_LOG_APPEND_TIME, conform_produce_batch\n"
+        "values = pa.Array.from_buffers(pa.binary(), 2, [None, pa.py_buffer(bytes([0, 0, 0, 0, 1, 0, 0, 0,"
+        " 3, 0, 0, 0])), pa.py_buffer(b'abc')])\n"
+        "batch = conform_produce_batch(pa.RecordBatch.from_arrays([values], names=['value']))\n"
+        f"log = PartitionLog.open(Path({str(tmp_path)!r}), LogConfig(), recovery_point=0, clean_shutdown=True,"
+        " now_ms=0)\n"
+        "log.append_as_leader(batch, leader_epoch=0, now_ms=5)\n"
+        "log.append_as_leader(batch, leader_epoch=0, now_ms=5, timestamp_type=TIMESTAMP_TYPE_LOG_APPEND_TIME)\n"
+        "assert [b.num_rows for b, _ in log.batches()] == [2, 2]")

@@ -3,8 +3,6 @@ how a shared request's answer reaches each part."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import deque
 from concurrent.futures import Future
 
@@ -15,6 +13,7 @@ from ads_spark.client.producer_batch import (PARTS_PER_REQUEST_MAX, OpenBatch, P
                                              take_coalesced)
 from ads_spark.errors import NotEnoughReplicasError
 from ads_spark.records import PRODUCE_SCHEMA, conform_produce_batch
+from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
 
 NOW_MS = 1_000
 
@@ -117,21 +116,19 @@ def test_building_a_batch_does_not_import_pandas():
     """The first ``pa.array`` over a list imports pandas: 150-300 ms and, in a new process, ~1.3 us of client
     CPU per record over a 200k-record run. A fresh interpreter builds a usual batch (no keys, no headers),
     then one with some keys and some tombstones (null values)."""
-    script = ("import sys\nfrom ads_spark.client.producer_batch import OpenBatch\n"
-              "def build(key_of, value_of):\n"
-              "    batch = OpenBatch('t', 0, 0)\n"
-              "    for i in range(1000):\n"
-              "        batch.keys.append(key_of(i)); batch.values.append(value_of(i)); batch.headers.append(None)\n"
-              "        batch.timestamps_ms.append(1_700_000_000_000 + i)\n"
-              "    built = batch.record_batch()\n"
-              "    built.validate(full=True)\n"
-              "    return built\n"
-              "build(lambda i: None, lambda i: b'v%d' % i)\n"
-              "mixed = build(lambda i: b'k%d' % i if i % 3 else None, lambda i: None if i % 7 == 0 else b'v%d' % i)\n"
-              "assert mixed.column('value').null_count == 143 and mixed.column('key').null_count == 334\n"
-              "print('pandas' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert result.stdout.strip() == "False", result.stdout + result.stderr
+    assert_leaves_pandas_unimported(
+        "from ads_spark.client.producer_batch import OpenBatch\n"
+        "def build(key_of, value_of):\n"
+        "    batch = OpenBatch('t', 0, 0)\n"
+        "    for i in range(1000):\n"
+        "        batch.keys.append(key_of(i)); batch.values.append(value_of(i)); batch.headers.append(None)\n"
+        "        batch.timestamps_ms.append(1_700_000_000_000 + i)\n"
+        "    built = batch.record_batch()\n"
+        "    built.validate(full=True)\n"
+        "    return built\n"
+        "build(lambda i: None, lambda i: b'v%d' % i)\n"
+        "mixed = build(lambda i: b'k%d' % i if i % 3 else None, lambda i: None if i % 7 == 0 else b'v%d' % i)\n"
+        "assert mixed.column('value').null_count == 143 and mixed.column('key').null_count == 334")
 
 
 def test_binary_columns_with_nulls_match_arrows_own_conversion():
