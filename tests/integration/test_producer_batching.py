@@ -49,9 +49,13 @@ def test_acknowledgements_clock_small_batches(admin, bootstrap, cluster, topic_n
     # The mechanism: a batch sealed on linger leaves only when its partition has nothing in flight. Without
     # it (linger.ms=0, a window of 5) sends overlap up to the window.
     assert max(producer.in_flight_at_send) == 1, f"in flight at each send: {producer.in_flight_at_send}"
-    # What the brokers see: one request per round trip, 43-50 here (without clocking: 96-104, and 206-241 at
-    # one record per ms; the round trip is 3-4 ms, and the limit is not tighter because it moves with the machine).
-    assert requests <= RECORDS / 4, f"{requests:.0f} produce requests for {RECORDS} records in {elapsed_s:.1f}s"
+    # What the brokers see: exactly the requests the producer sent (the warm-up's aside), one per round trip.
+    # How many records share one depends on the round trip against the spacing: 43-50 requests when the round
+    # trip was 3-4 ms, 96-103 in a phase of this machine where it is ~2 ms (where a bound of RECORDS / 4 failed
+    # 1 run in 4-5, on the previous code too). Without clocking: 167-204 requests, up to 5 in flight (the
+    # assertion above is the one that tells them apart); this bound says only that records share requests.
+    assert requests == len(producer.in_flight_at_send) - 1, (requests, len(producer.in_flight_at_send))
+    assert requests <= RECORDS / 2, f"{requests:.0f} produce requests for {RECORDS} records in {elapsed_s:.1f}s"
 
 
 BATCHES = 40
