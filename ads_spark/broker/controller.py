@@ -275,9 +275,12 @@ class Controller(ReassignmentRuntime, CandidateChecks):
             if incarnation is not None and election.unclean_start_recorded(broker_id, views, written):
                 self.zk.record_unclean_applied(broker_id, incarnation)
 
-    def _broker_change_decisions(self, failed: frozenset[int], unclean: dict[int, str | None]) -> list[Decision]:
+    def _broker_change_decisions(self, failed: frozenset[int], unclean: dict[int, str | None],
+                                 views: list[PartitionView] | None = None) -> list[Decision]:
+        """The pass over broker changes, over ``views`` (every partition by default)."""
         # The views as they are: this pass writes restarted ISR members out (a filtered view would hide them).
-        views, live_broker_epochs = list(self.states.values()), self._live_broker_epochs()
+        views = list(self.states.values()) if views is None else views
+        live_broker_epochs = self._live_broker_epochs()
         return self._with_unclean_recovery(lambda log_ends: election.on_brokers_changed(
             views, frozenset(self.live), failed, unclean_restarted=frozenset(unclean), controller_epoch=self.epoch,
             log_ends=log_ends, live_broker_epochs=live_broker_epochs))

@@ -57,12 +57,8 @@ class CandidateChecks:
         epochs = self._live_broker_epochs()
         views = [self.states[key] for key in sorted(keys)
                  if key in self.states and election.restarted_members(self.states[key], epochs)]
-        if not views:
-            return
-        live = frozenset(self.live)
-        self._apply_decisions(self._with_unclean_recovery(lambda log_ends: election.on_brokers_changed(
-            views, live, frozenset(), unclean_restarted=frozenset(), controller_epoch=self.epoch,
-            log_ends=log_ends, live_broker_epochs=epochs)))
+        if views:  # the pass over broker changes, with none failed, over these partitions only
+            self._apply_decisions(self._broker_change_decisions(frozenset(), {}, views))
 
     def _live_broker_epochs(self) -> dict[int, int]:
         return {b: int(info["broker_epoch"]) for b, info in self.live.items() if "broker_epoch" in info}

@@ -58,11 +58,13 @@ def test_sim_checks_the_history_after_an_unclean_election(monkeypatch):
     after the election; with a bug planted at the election, the checker finds it in that partition."""
     unclean_seeds = [seed for seed in range(3, 1600, 8)]
     checked_after, rebased = 0, 0
-    for seed in unclean_seeds:
+    for seed in unclean_seeds:  # the random test runs these too: only until the history was checked enough
         checker, _ = run_schedule(seed)
         assert not checker.violations, (seed, checker.violations)
         checked_after += checker.acked_after_rebase
         rebased += bool(checker.unclean_epoch)
+        if rebased >= 5 and checked_after > 0:
+            break
     assert rebased >= 5 and checked_after > 0, (rebased, checked_after)
 
     monkeypatch.setattr(runner, "Checker", _BugAfterUncleanElection)
