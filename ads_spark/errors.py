@@ -56,6 +56,7 @@ class ErrorCode(IntEnum):
     PREFERRED_LEADER_NOT_AVAILABLE = 80
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
+    INVALID_RECORD = 87
     INCONSISTENT_TOPIC_ID = 103
     INELIGIBLE_REPLICA = 107
     STALE_CONTROLLER_EPOCH = 11
@@ -156,6 +157,7 @@ OffsetNotAvailableError = _ERROR_CLASSES[ErrorCode.OFFSET_NOT_AVAILABLE]
 ElectionNotNeededError = _ERROR_CLASSES[ErrorCode.ELECTION_NOT_NEEDED]
 EligibleLeadersNotAvailableError = _ERROR_CLASSES[ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE]
 InconsistentTopicIdError = _ERROR_CLASSES[ErrorCode.INCONSISTENT_TOPIC_ID]
+InvalidRecordError = _ERROR_CLASSES[ErrorCode.INVALID_RECORD]
 StaleControllerEpochError = _ERROR_CLASSES[ErrorCode.STALE_CONTROLLER_EPOCH]
 # Kafka spells the storage error KafkaStorageException; keep a readable alias.
 StorageError = KafkaStorageErrorError

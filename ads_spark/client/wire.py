@@ -13,9 +13,11 @@ exception back into the typed ``AdsError``.
 from __future__ import annotations
 
 import json
+import re
 from collections import abc
 from typing import Any, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
@@ -74,10 +76,45 @@ def loads(raw: bytes | pa.Buffer | None, what: str) -> Any:
         raw = raw.to_pybytes()
     if len(raw) > JSON_BODY_BYTES_MAX:
         raise InvalidRequestError(f"{what}: body of {len(raw)} bytes exceeds {JSON_BODY_BYTES_MAX}")
+    if nesting_depth_exceeds(raw, JSON_DEPTH_MAX):
+        raise InvalidRequestError(f"{what}: body nests lists and objects deeper than {JSON_DEPTH_MAX} levels")
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequestError(f"{what}: body is not valid JSON ({exc})") from exc
+        raise InvalidRequestError(f"{what}: body is not valid JSON ({_first_line(exc)[:200]})") from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; nesting (checked above)
+        raise InvalidRequestError(f"{what}: body is not acceptable JSON ({_first_line(exc)[:200]})") from None
+
+
+# No request of ADS nests deeper than 5 levels; the schemas (client/request_schemas.py) bound it anyway, this
+# bounds the parser: json.loads recurses once per level, and 100,000 levels raised RecursionError in every handler.
+JSON_DEPTH_MAX = 32
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+def nesting_depth_exceeds(raw: bytes, depth_max: int) -> bool:
+    """Whether JSON text ``raw`` opens more than ``depth_max`` lists/objects inside each other.
+
+    Cheap for what requests are: a body with at most ``depth_max`` opening brackets cannot nest deeper (two
+    C-speed counts). Otherwise the running depth of every bracket is summed in numpy, strings included; only
+    when that exceeds the bound are strings blanked (a bracket inside one does not nest) and the sum taken
+    again, so a fetch of many partitions costs ~10 us, not a regex pass. Strings crafted with unbalanced
+    closing brackets can hide depth from the first sum; ``json.loads`` itself stops at the interpreter's
+    recursion limit (RecursionError, answered as INVALID_REQUEST), and the schemas bound what a handler sees."""
+    if raw.count(b"[") + raw.count(b"{") <= depth_max:
+        return False
+    if _max_depth(raw.translate(None, _NOT_BRACKETS)) <= depth_max:
+        return False
+    return _max_depth(_STRING_RE.sub(b'""', raw).translate(None, _NOT_BRACKETS)) > depth_max
+
+
+def _max_depth(brackets: bytes) -> int:
+    steps = np.frombuffer(brackets, dtype=np.uint8)
+    if not steps.size:
+        return 0
+    return int(np.cumsum(np.where((steps == 91) | (steps == 123), 1, -1), dtype=np.int64).max())  # '[' '{'
+
 
 
 def require(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
