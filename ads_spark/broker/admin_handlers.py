@@ -9,10 +9,10 @@ reacts to the write. A rejected request writes nothing.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ads_spark.client import wire
+from ads_spark.names import validate_topic_name
 from ads_spark.config import TOPIC_KEYS, validate_topic_config
 from ads_spark.errors import (
     BrokerNotAvailableError,
@@ -20,19 +20,10 @@ from ads_spark.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
-    InvalidTopicError,
     UnknownTopicOrPartitionError,
 )
 
-TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 PARTITIONS_PER_TOPIC_MAX = 100_000
-
-
-def validate_topic_name(name: str) -> None:
-    if not TOPIC_NAME_RE.match(name) or name in (".", ".."):
-        raise InvalidTopicError(
-            f"invalid topic name {name!r}: use 1-249 characters from a-z, A-Z, 0-9, '.', '_' and '-'"
-        )
 
 
 class AdminHandlers:

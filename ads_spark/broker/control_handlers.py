@@ -5,6 +5,12 @@ controller epoch; a request from an older controller epoch than one already
 obeyed is refused with STALE_CONTROLLER_EPOCH, so a deposed controller cannot
 move leadership. Per-partition outcomes are error codes in the response.
 
+Every body has passed its schema (``client/request_schemas.py``) at the
+boundary before it gets here, so the epoch a handler records is that of a
+well-formed request: a malformed one with a huge epoch once was answered with
+an internal error after its epoch was recorded, and the broker refused the
+real controller from then on.
+
 Request shapes (docs/DESIGN.md):
   leader_and_isr: {"controller_id", "controller_epoch", "partitions": [{"topic", "partition",
       "topic_id", "leader", "leader_epoch", "isr", "elr", "replicas", "observers",
@@ -21,7 +27,7 @@ import threading
 from typing import Any
 
 from ads_spark.client import wire
-from ads_spark.errors import AdsError, ErrorCode, StaleControllerEpochError, error_for
+from ads_spark.errors import AdsError, ErrorCode, StaleControllerEpochError, UnknownTopicOrPartitionError, error_for
 from ads_spark.broker.fetcher import LeaderEndpoint
 from ads_spark.broker.partition import PartitionRole
 from ads_spark.records import now_ms
@@ -124,8 +130,13 @@ class ControlHandlers:
         for topic, number, topic_id, config in asked:
             item: dict[str, Any] = {"topic": topic, "partition": number, "error_code": 0}
             try:
-                partition = (self.broker.replica_manager.maybe_get(topic, number)
-                             or self.broker.ensure_partition(topic, number, topic_id, config))
+                partition = self.broker.replica_manager.maybe_get(topic, number)
+                if partition is None and self.broker.logs.get(topic, number) is None:
+                    # No replica here, loaded or on disk: opening one would create a phantom partition (an
+                    # empty log nobody assigned here, which once poisoned this broker's checkpoints).
+                    raise UnknownTopicOrPartitionError(f"broker {self.broker.broker_id} holds no replica of "
+                                                       f"{topic}-{number}")
+                partition = partition or self.broker.ensure_partition(topic, number, topic_id, config)
                 state = partition.state  # one immutable value: the epoch and end offset agree
                 item.update(last_epoch=state.epochs.latest_epoch, log_end_offset=state.log_end_offset)
             except AdsError as exc:

@@ -99,7 +99,7 @@ def test_bad_input_gets_clear_errors_and_the_broker_keeps_serving(cluster, topic
     with pytest.raises(flight.FlightError) as negative:
         raw.do_get(flight.Ticket(wire.dumps({"type": "fetch", "partitions": [
             {"topic": topic_name, "partition": 0, "fetch_offset": -5}]}))).read_all()
-    assert "fetch offset must be >= 0" in str(wire.to_ads_error(negative.value))
+    assert "fetch_offset: must be >= 0" in str(wire.to_ads_error(negative.value))
     wrong_schema = pa.record_batch({"value": pa.array([1, 2, 3])})
     writer, reader = raw.do_put(flight.FlightDescriptor.for_command(wire.dumps({"type": "produce"})),
                                 wrong_schema.schema)

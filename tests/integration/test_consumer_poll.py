@@ -101,7 +101,7 @@ def test_a_fetch_session_answers_bad_requests_with_errors_and_keeps_serving(admi
     good = {"type": wire.FETCH, "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
             "partitions": [{"topic": topic_name, "partition": 0, "fetch_offset": 0}]}
     try:
-        with pytest.raises(InvalidRequestError, match="fetch offset must be >= 0"):
+        with pytest.raises(InvalidRequestError, match="fetch_offset: must be >= 0"):
             session.fetch({**good, "partitions": [{"topic": topic_name, "partition": 0, "fetch_offset": -5}]}, 10)
         with pytest.raises(InvalidRequestError, match="type 'fetch'"):
             session.fetch({"type": "nonsense"}, 10)
