@@ -7,18 +7,40 @@ to a temporary file which is fsynced and renamed over the old one, and the
 directory is fsynced, so after a crash a reader sees either the old or the new
 content, never a mix. Keeping Kafka's text layout lets an operator read them
 with ``cat`` and compare them with a Kafka broker's.
+
+No content may keep a broker from starting (issue #20: one phantom partition
+with topic ``""`` wrote a line the reader refused, and the broker could not
+restart). So the writer writes only lines that read back exactly, and the
+reader of a damaged file says which file and line is wrong and why, and keeps
+going: offset checkpoints keep their good entries (what they hold is
+recoverable from the logs), a damaged leader-epoch cache is rebuilt from the
+log's batch headers.
 """
 
 from __future__ import annotations
 
+import logging
+import operator
 import os
+import re
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Iterable, Mapping
 
 from ads_spark.errors import InvariantViolation, StorageError
+from ads_spark.names import is_valid_topic_name, shown
+
+log = logging.getLogger("ads.log")
 
 CHECKPOINT_VERSION = 0
+INT32_MAX = 2**31 - 1  # partition ids and leader epochs are Kafka int32s
+OFFSET_MAX = 2**63 - 1  # Kafka's int64
+# Plain ASCII decimal only: int() would also take "+5", " 5", "5_000" and non-ASCII digits, none of which
+# the writer produces, so accepting them would hide a damaged file.
+_DECIMAL = re.compile(r"\A-?[0-9]{1,19}\Z")
+# The same problem is reported once per checkpoint object: the high-watermark file is read once per partition
+# while a broker starts, and one bad line must not become thousands of warnings.
+_REPORTED_PROBLEMS_MAX = 1000
 
 
 def fsync_directory(directory: Path) -> None:
@@ -42,25 +64,82 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def _read_lines(path: Path) -> list[str] | None:
+    """The file's lines, or None if it does not exist.
+
+    Bytes that are not UTF-8 become U+FFFD, so a damaged line fails its own parse
+    (and is reported with its number) instead of making the whole file unreadable.
+    """
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise StorageError(f"cannot read checkpoint {path}: {exc}") from exc
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
-def _parse_checkpoint(path: Path, lines: list[str], fields_per_line: int) -> list[list[str]]:
-    """Kafka's layout: a version line, a count line, then ``count`` entry lines."""
+def _parse_int(text: str, what: str, low: int, high: int) -> int:
+    """``text`` as an int in [low, high]; ValueError with a precise message otherwise."""
+    if not _DECIMAL.match(text):
+        raise ValueError(f"{what} {shown(text)} is not a decimal integer")
+    value = int(text)
+    if not low <= value <= high:
+        raise ValueError(f"{what} {value} is outside [{low}, {high}]")
+    return value
+
+
+def _parse_offset_entry(line: str) -> tuple[str, int, int]:
+    """One ``topic partition offset`` line; ValueError saying what is wrong with it."""
+    fields = line.split()
+    if len(fields) != 3:
+        raise ValueError(f"expected 3 fields 'topic partition offset', found {len(fields)} in {shown(line)}")
+    topic, partition, offset = fields
+    if not is_valid_topic_name(topic):
+        raise ValueError(f"topic {shown(topic)} is not a valid topic name")
+    return topic, _parse_int(partition, "partition", 0, INT32_MAX), _parse_int(offset, "offset", 0, OFFSET_MAX)
+
+
+def _parse_epoch_entry(line: str) -> tuple[int, int]:
+    """One ``epoch start_offset`` line; ValueError saying what is wrong with it."""
+    fields = line.split()
+    if len(fields) != 2:
+        raise ValueError(f"expected 2 fields 'epoch start_offset', found {len(fields)} in {shown(line)}")
+    return (_parse_int(fields[0], "leader epoch", 0, INT32_MAX),
+            _parse_int(fields[1], "start offset", 0, OFFSET_MAX))
+
+
+def _parse_checkpoint(path: Path, lines: list[str], parse_entry) -> tuple[list[tuple[int, tuple]], list[str]]:
+    """Kafka's layout: a version line, a count line, then ``count`` entry lines.
+
+    Returns ([(line number, entry)] for the lines that parse, the problems
+    found), each problem naming the file and the line. An unknown or unreadable
+    version gives no entries at all (the lines may mean something else); a bad
+    count only costs the cross-check, and a bad entry line only that entry.
+    """
+    problems: list[str] = []
+    version_text = lines[0].strip() if lines else ""
+    if version_text != str(CHECKPOINT_VERSION):
+        problems.append(f"{path}: line 1: version {shown(version_text)}, expected {CHECKPOINT_VERSION}; "
+                        "no entry of the file is used")
+        return [], problems
+    count: int | None = None
     try:
-        version = int(lines[0])
-        count = int(lines[1])
-    except (IndexError, ValueError) as exc:
-        raise StorageError(f"malformed checkpoint {path}: bad version/count header") from exc
-    if version != CHECKPOINT_VERSION:
-        raise StorageError(f"checkpoint {path} has version {version}, expected {CHECKPOINT_VERSION}")
-    entries = [line.split() for line in lines[2:] if line.strip()]
-    if len(entries) != count or any(len(e) != fields_per_line for e in entries):
-        raise StorageError(f"malformed checkpoint {path}: count says {count}, found {len(entries)} entries")
-    return entries
+        count = _parse_int(lines[1].strip() if len(lines) > 1 else "", "entry count", 0, OFFSET_MAX)
+    except ValueError as exc:
+        problems.append(f"{path}: line 2: {exc}")
+    entries = []
+    entry_lines = 0
+    for number, line in enumerate(lines[2:], start=3):
+        if not line.strip():
+            continue
+        entry_lines += 1
+        try:
+            entries.append((number, parse_entry(line)))
+        except ValueError as exc:
+            problems.append(f"{path}: line {number}: {exc}; entry skipped")
+    if count is not None and entry_lines != count:
+        problems.append(f"{path}: line 2: the count says {count} entries, the file has {entry_lines} entry lines")
+    return entries, problems
 
 
 def _format_checkpoint(lines: list[str]) -> str:
@@ -68,30 +147,80 @@ def _format_checkpoint(lines: list[str]) -> str:
 
 
 class OffsetCheckpointFile:
-    """``topic partition offset`` lines: the recovery-point, high-watermark and log-start checkpoints."""
+    """``topic partition offset`` lines: the recovery-point, high-watermark and log-start checkpoints.
+
+    Nothing may make these files unreadable, because a broker that cannot read
+    them cannot start: the writer leaves out (and logs) any entry whose line
+    would not read back exactly, and the reader keeps every good line of a
+    damaged file and reports the others. A partition whose entry is lost is
+    safe: it recovers as if it had none (recovery point 0 validates its whole
+    tail, high watermark 0 is re-established by its leader, the log start falls
+    back to the first offset on disk).
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._reported: set[str] = set()
 
     def read(self) -> dict[tuple[str, int], int]:
-        """The stored mapping; empty if the file does not exist yet."""
+        """The stored mapping (its good entries); empty if the file does not exist yet."""
         with self._lock:
             lines = _read_lines(self.path)
         if lines is None:
             return {}
+        entries, problems = _parse_checkpoint(self.path, lines, _parse_offset_entry)
         result: dict[tuple[str, int], int] = {}
-        for topic, partition, offset in _parse_checkpoint(self.path, lines, 3):
-            try:
-                result[(topic, int(partition))] = int(offset)
-            except ValueError as exc:
-                raise StorageError(f"malformed checkpoint {self.path}: {exc}") from exc
+        for number, (topic, partition, offset) in entries:
+            key = (topic, partition)
+            if key in result and result[key] != offset:
+                # Only damage repeats a key; the lower offset is the safe one for all three files.
+                problems.append(f"{self.path}: line {number}: {topic}-{partition} appears again ({result[key]} "
+                                f"before, {offset} here); using {min(result[key], offset)}")
+                offset = min(result[key], offset)
+            result[key] = offset
+        self._report(problems, logging.WARNING, "the partitions of skipped entries recover as if they had none")
         return result
 
     def write(self, mapping: Mapping[tuple[str, int], int]) -> None:
-        lines = [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(mapping.items())]
+        lines, refused = [], []
+        for (topic, partition), offset in mapping.items():
+            line = _checked_offset_line(topic, partition, offset)
+            if line is None:
+                refused.append(f"{self.path}: not writing the entry for topic {shown(topic)} partition "
+                               f"{shown(partition)} offset {shown(offset)}: it would not read back")
+            else:
+                lines.append((topic, partition, line))
+        self._report(refused, logging.ERROR, "a bug let an invalid partition reach the log manager")
+        text = _format_checkpoint([line for _, _, line in sorted(lines)])
         with self._lock:
-            write_atomically(self.path, _format_checkpoint(lines))
+            write_atomically(self.path, text)
+
+    def _report(self, problems: list[str], level: int, consequence: str) -> None:
+        fresh = [p for p in problems if p not in self._reported]
+        if not fresh:
+            return
+        if len(self._reported) > _REPORTED_PROBLEMS_MAX:
+            self._reported.clear()
+        self._reported.update(fresh)
+        for problem in fresh:
+            log.log(level, "checkpoint problem: %s (%s)", problem, consequence)
+
+
+def _checked_offset_line(topic, partition, offset) -> str | None:
+    """The line for one entry, or None when reading it back would not give exactly this entry."""
+    try:
+        partition_number, offset_number = operator.index(partition), operator.index(offset)
+    except TypeError:
+        return None
+    if isinstance(partition, bool) or isinstance(offset, bool):
+        return None
+    line = f"{topic} {partition_number} {offset_number}"
+    try:
+        parsed = _parse_offset_entry(line)
+    except ValueError:
+        return None
+    return line if parsed == (topic, partition_number, offset_number) else None
 
 
 class LeaderEpochFile:
@@ -101,15 +230,33 @@ class LeaderEpochFile:
     ``entries``. Every change is persisted before the method returns.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, rebuild_from: Callable[[], Iterable[tuple[int, int]]] | None = None):
+        """Load the cache from ``path`` (empty when the file does not exist).
+
+        A damaged file (a bad line, a wrong count, epochs or offsets out of order)
+        is rebuilt with ``rebuild_from()`` -- the log's own (epoch, first offset)
+        pairs from its batch headers -- and rewritten; any good lines are not
+        trusted on their own, since a missing entry would shift an epoch's end.
+        Without ``rebuild_from`` the damage is a StorageError naming file and line.
+        """
         self.path = Path(path)
         self._lock = threading.Lock()
-        lines = _read_lines(self.path)
         self._entries: list[tuple[int, int]] = []
-        if lines is not None:
-            for epoch, start in _parse_checkpoint(self.path, lines, 2):
-                self._entries.append((int(epoch), int(start)))
-        self._check(StorageError)
+        lines = _read_lines(self.path)
+        if lines is None:
+            return
+        numbered, problems = _parse_checkpoint(self.path, lines, _parse_epoch_entry)
+        problems += _order_problems(self.path, numbered)
+        if not problems:
+            self._entries = [entry for _, entry in numbered]
+            return
+        if rebuild_from is None:
+            raise StorageError(f"damaged leader-epoch checkpoint: {'; '.join(problems)}")
+        self._entries = [(int(e), int(s)) for e, s in rebuild_from()]
+        log.warning("damaged leader-epoch checkpoint: %s; rebuilt it from the log's batch headers: %d epochs, "
+                    "latest (epoch, start offset) %s", "; ".join(problems), len(self._entries),
+                    self._entries[-1] if self._entries else None)
+        self._persist()
 
     @property
     def entries(self) -> list[tuple[int, int]]:
@@ -174,6 +321,10 @@ class LeaderEpochFile:
             self._persist()
 
     def _check(self, error: type[Exception]) -> None:
+        # The reader's ranges too: a line written here must read back.
+        for epoch, start in self._entries:
+            if not (0 <= epoch <= INT32_MAX and 0 <= start <= OFFSET_MAX):
+                raise error(f"leader-epoch checkpoint {self.path}: entry ({epoch}, {start}) is out of range")
         for (e1, s1), (e2, s2) in zip(self._entries, self._entries[1:]):
             if not (e2 > e1 and s2 > s1):
                 raise error(f"leader-epoch checkpoint {self.path} is not increasing: {self._entries}")
@@ -181,3 +332,10 @@ class LeaderEpochFile:
     def _persist(self) -> None:
         self._check(InvariantViolation)  # our own update broke the order: a bug
         write_atomically(self.path, _format_checkpoint([f"{e} {s}" for e, s in self._entries]))
+
+
+def _order_problems(path: Path, numbered: list[tuple[int, tuple[int, int]]]) -> list[str]:
+    """Where the loaded (epoch, start offset) lines fail to be strictly increasing in both."""
+    return [f"{path}: line {n2}: entry {e2} {s2} does not follow line {n1}'s {e1} {s1} "
+            "(epochs and start offsets must both increase)"
+            for (n1, (e1, s1)), (n2, (e2, s2)) in zip(numbered, numbered[1:]) if not (e2 > e1 and s2 > s1)]

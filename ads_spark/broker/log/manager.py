@@ -6,11 +6,19 @@ start), the per-broker checkpoints (recovery points, high watermarks, log start
 offsets), ``meta.properties`` (which broker and cluster the directory belongs
 to) and each partition's ``partition.metadata`` (the topic id, so a log left
 over from a deleted topic is not mistaken for a new topic of the same name).
+
+Every path it builds from a topic name stays a direct child of ``log_dir``: the
+name must be a valid Kafka topic name (``ads_spark.names``) and the resolved
+path must sit right under the resolved log directory, checked before anything
+is created or deleted. Requests are validated at the boundary too; this is the
+check that holds even if a bad name gets past it (issue #20: a topic
+``../../../x/victim`` once wrote, then deleted, a directory outside log.dirs).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -19,7 +27,10 @@ from typing import Mapping
 from ads_spark.broker.log.checkpoints import OffsetCheckpointFile, fsync_directory, write_atomically
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.partition_log import PartitionLog
-from ads_spark.errors import InconsistentTopicIdError, InvalidConfigError, StorageError
+from ads_spark.errors import (
+    InconsistentTopicIdError, InvalidConfigError, InvalidRequestError, InvalidTopicError, StorageError,
+)
+from ads_spark.names import is_valid_topic_name, shown, validate_topic_name
 from ads_spark.records import now_ms as wall_clock_ms
 
 log = logging.getLogger("ads.log")
@@ -33,6 +44,9 @@ PARTITION_METADATA = "partition.metadata"
 DELETE_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
+PARTITION_ID_MAX = 2**31 - 1  # Kafka's int32
+# Topic ids are ours (uuid4 strings); the rule keeps ``partition.metadata`` a file that reads back as written.
+_TOPIC_ID = re.compile(r"\A[a-zA-Z0-9._-]{1,64}\Z")
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -101,6 +115,11 @@ class LogManager:
             key = parse_partition_dir_name(child.name) if child.is_dir() else None
             if key is None:
                 continue
+            problem = _partition_directory_problem(log_dir, key, child)
+            if problem is not None:
+                log.error("%s: not loading %s as a partition log: %s; left as it is", log_dir, shown(child.name),
+                          problem)
+                continue
             logs[key] = PartitionLog.open(child, default_config, recovery_point=recovery_points.get(key, 0),
                                           clean_shutdown=clean_shutdown, now_ms=now_ms,
                                           log_start_offset=log_starts.get(key))
@@ -135,10 +154,13 @@ class LogManager:
         incarnation of the topic (deleted and recreated while this broker was away).
         """
         key = (topic, partition)
+        directory = self.partition_directory(topic, partition)
+        if topic_id and not _TOPIC_ID.match(topic_id):
+            raise InvalidRequestError(f"topic id {shown(topic_id)} of {topic}-{partition} is not 1-64 characters "
+                                      "from [a-zA-Z0-9._-]")
         with self._lock:
             self._ensure_open()
             existing = self._logs.get(key)
-            directory = self.log_dir / partition_dir_name(topic, partition)
             if existing is not None:
                 self._check_topic_id(directory, topic_id)
                 existing.update_config(config)
@@ -160,8 +182,22 @@ class LogManager:
                 f"{directory} holds topic id {stored}, but the topic is now {topic_id}: it is a stale "
                 f"replica of a deleted topic; remove the partition before re-creating it")
 
+    def partition_directory(self, topic: str, partition: int) -> Path:
+        """``log_dir/<topic>-<partition>``; InvalidTopicError / InvalidRequestError unless it is a valid
+        partition of a valid topic whose directory resolves to a direct child of ``log_dir``."""
+        validate_topic_name(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= PARTITION_ID_MAX:
+            raise InvalidRequestError(f"partition {shown(partition)} of topic {topic!r} is not an integer "
+                                      f"in [0, {PARTITION_ID_MAX}]")
+        directory = self.log_dir / partition_dir_name(topic, partition)
+        problem = _partition_directory_problem(self.log_dir, (topic, partition), directory)
+        if problem is not None:
+            raise InvalidTopicError(f"refusing {topic}-{partition}: {problem}")
+        return directory
+
     def remove(self, topic: str, partition: int) -> None:
         """Close and delete a partition's log (a no-op when it is not hosted here)."""
+        self.partition_directory(topic, partition)  # refuses a name that could point outside log_dir
         with self._lock:
             partition_log = self._logs.pop((topic, partition), None)
         if partition_log is not None:
@@ -203,6 +239,23 @@ class LogManager:
             marker = self.log_dir / CLEAN_SHUTDOWN_MARKER
             write_atomically(marker, "")
             self._closed = True
+
+
+def _partition_directory_problem(log_dir: Path, key: TopicPartition, directory: Path) -> str | None:
+    """Why ``directory`` cannot hold the log of ``key`` under ``log_dir``, or None if it can.
+
+    Resolving catches what the name rule alone would not: a symlink (or a
+    ``..`` that slipped through) taking the path out of ``log_dir``.
+    """
+    if not is_valid_topic_name(key[0]):
+        return f"topic {shown(key[0])} is not a valid topic name"
+    try:
+        resolved, root = directory.resolve(), Path(log_dir).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+        return f"cannot resolve {directory}: {exc}"
+    if resolved.parent != root:
+        return f"{directory} resolves to {resolved}, which is not directly under the log directory {root}"
+    return None
 
 
 def ensure_meta_properties(log_dir: Path, broker_id: int | None, cluster_id: str | None) -> dict[str, str]:

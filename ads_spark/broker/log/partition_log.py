@@ -107,6 +107,26 @@ def _first_at_or_after(batch: pa.RecordBatch, timestamp_ms: int, min_offset: int
     return None if i < 0 else (offsets[i].as_py(), timestamps[i].as_py())
 
 
+def _note_epoch_start(starts: list[tuple[int, int]], header: BatchHeader) -> None:
+    # Only a newer epoch starts an entry: a damaged log with an epoch going down must not break the cache's order.
+    if not starts or header.leader_epoch > starts[-1][0]:
+        starts.append((header.leader_epoch, header.base_offset))
+
+
+def _find_epoch_starts(segment: LogSegment, low: int, low_header: BatchHeader, high: int,
+                       high_header: BatchHeader, starts: list[tuple[int, int]]) -> None:
+    """Append, in order, the epoch starts among batches ``low`` < i <= ``high`` of ``segment`` (bisection)."""
+    if low_header.leader_epoch == high_header.leader_epoch:
+        return
+    if high == low + 1:
+        _note_epoch_start(starts, high_header)
+        return
+    middle = (low + high) // 2  # depth is log2(batches): at most ~40 levels
+    middle_header = segment.read_batch(middle)[1]
+    _find_epoch_starts(segment, low, low_header, middle, middle_header, starts)
+    _find_epoch_starts(segment, middle, middle_header, high, high_header, starts)
+
+
 class PartitionLog:
     """Invariants: ``log_start_offset <= recovery_point <= log_end_offset`` except that the start
     may pass the recovery point; segments are contiguous (each base offset is the previous
@@ -336,6 +356,32 @@ class PartitionLog:
                 return
             yield from chunk
             offset = chunk[-1][1].next_offset
+
+    def leader_epoch_starts(self) -> list[tuple[int, int]]:
+        """(leader epoch, first offset) of every epoch that wrote batches here, as a leader-epoch cache.
+
+        For rebuilding a damaged ``leader-epoch-checkpoint``. Epochs never decrease
+        along a log, so each segment is bisected between batches of different
+        epochs: O(epoch changes x log(batches)) header reads, and no record body is
+        decoded. The epoch holding the log start is moved to start there, as
+        ``LeaderEpochFile.truncate_from_start`` does.
+        """
+        with self._lock:
+            self._ensure_open()
+            starts: list[tuple[int, int]] = []
+            for segment in self._segments:
+                count = segment.batch_count
+                if count == 0:
+                    continue
+                first = segment.read_batch(0)[1]
+                _note_epoch_start(starts, first)
+                if count > 1:
+                    _find_epoch_starts(segment, 0, first, count - 1, segment.read_batch(count - 1)[1], starts)
+            before = [pair for pair in starts if pair[1] < self._log_start_offset]
+            after = [pair for pair in starts if pair[1] >= self._log_start_offset]
+            if before and (not after or after[0][1] > self._log_start_offset):
+                after.insert(0, (before[-1][0], self._log_start_offset))
+            return after
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at/after the log start with timestamp >= ``timestamp_ms``."""
