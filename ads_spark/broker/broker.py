@@ -165,13 +165,17 @@ class Broker:
 
     def ensure_partition(self, topic: str, number: int, topic_id: str, overrides: dict[str, str]) -> Partition:
         existing = self.replica_manager.maybe_get(topic, number)
-        self._topic_overrides[topic] = dict(overrides)
         effective = self._effective(overrides)
         if existing is not None:
+            self._topic_overrides[topic] = dict(overrides)
             existing.update_config(self.partition_config(effective), now_ms())
             return existing
+        # First: it refuses a name that is not a topic's, before anything (even this broker's memory) holds it.
         partition_log = self.logs.get_or_create(topic, number, log_config_for(effective), topic_id)
-        epochs = LeaderEpochFile(Path(partition_log.directory) / "leader-epoch-checkpoint")
+        self._topic_overrides[topic] = dict(overrides)
+        # A damaged epoch cache is rebuilt from the log's batch headers rather than keep the broker from starting.
+        epochs = LeaderEpochFile(Path(partition_log.directory) / "leader-epoch-checkpoint",
+                                 rebuild_from=partition_log.leader_epoch_starts)
         partition = Partition(topic, number, topic_id, partition_log, epochs, self.broker_id,
                               self.partition_config(effective),
                               high_watermark_checkpoint=self.logs.read_high_watermarks().get((topic, number), 0),
@@ -207,6 +211,7 @@ class Broker:
         last_checkpoint_ms = last_retention_ms = now_ms()
         while not self._stopping.wait(PERIODIC_TICK_MS / 1000):
             current = now_ms()
+            self._check_zookeeper_session()
             try:
                 self.replica_manager.tick_all(current)
             except Exception as exc:  # a broken invariant in the core: stop serving
@@ -223,6 +228,15 @@ class Broker:
             if current - last_retention_ms >= self.config["log.retention.check.interval.ms"]:
                 last_retention_ms = current
                 self._apply_retention(current)
+
+    def _check_zookeeper_session(self) -> None:
+        check = getattr(self.zk, "check_session", None)  # absent without ZooKeeper and in test doubles
+        if check is None:
+            return
+        try:
+            check()
+        except Exception:
+            log.exception("ZooKeeper session check failed")
 
     def _checkpoint(self) -> None:
         try:

@@ -6,6 +6,15 @@ controller elector, and performs the admin writes that the controller then
 reacts to (topic creation with a rack-aware assignment, deletion markers,
 config changes). Losing the ZooKeeper session removes the registration; the
 broker re-registers with a new epoch when the session comes back.
+
+A broker must not act on a session it may have lost (issue #20: one whose
+kazoo thread had died kept acknowledging acks=1 writes while another broker led
+the partition). ``SessionGuard`` watches the session from the broker's periodic
+tick: a dead kazoo connection thread is fatal (the process exits, its
+supervisor restarts it), and while the session may have expired the broker
+refuses produces (NOT_LEADER_OR_FOLLOWER) until it is connected again -- and,
+after an actual expiry, each partition until the controller's next
+leader_and_isr confirms who leads.
 """
 
 from __future__ import annotations
@@ -13,9 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
-
 from dataclasses import replace
+from typing import Any, Callable
 
 from ads_spark.broker.controller import Controller
 from ads_spark.client import wire
@@ -30,6 +38,74 @@ log = logging.getLogger("ads.broker.membership")
 CONTROLLER_REQUEST_TIMEOUT_S = 15.0
 
 
+class SessionGuard:
+    """Keeps a broker from acting as leader on a ZooKeeper session it may have lost (see the module docstring).
+
+    ``check()`` runs on every broker tick and is cheap (a thread liveness check,
+    a clock read); the state changes arrive on kazoo's thread through a session
+    listener, which only records them and sets flags.
+    """
+
+    def __init__(self, zk: ZkClient, replica_manager, on_fatal: Callable[[str], None], session_timeout_ms: int):
+        self._zk = zk
+        self._replicas = replica_manager
+        self._on_fatal = on_fatal
+        # The ensemble expires a session a full timeout after it last heard from us, and kazoo reports the
+        # connection lost only after its read timeout (2/3 of the session timeout) of silence: a third of the
+        # timeout after that report is the earliest the session can have expired, and another broker been elected.
+        self.fence_after_s = session_timeout_ms / 3000.0
+        self._lock = threading.Lock()
+        self._disconnected_since: float | None = None  # time.monotonic() of the first suspended/lost state
+        self._fenced = False
+        self._fatal = False
+        zk.add_session_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        """On kazoo's thread: record the change; an expiry fences at once (another broker may lead already)."""
+        with self._lock:
+            if state == "connected":
+                self._disconnected_since = None
+            elif self._disconnected_since is None:
+                self._disconnected_since = time.monotonic()
+        if state == "lost":
+            self._fence("its ZooKeeper session expired or was closed", session_expired=True)
+
+    def check(self) -> None:
+        """Exit on a dead connection thread; fence while cut off too long; lift the fence once reconnected."""
+        if self._fatal:
+            return
+        problem = self._zk.connection_thread_problem()
+        if problem is not None:
+            self._fatal = True
+            self._fence("its ZooKeeper connection thread died", session_expired=True)
+            log.critical("%s; stopping the broker so that it does not live on cut off", problem)
+            self._on_fatal(problem)
+            return
+        with self._lock:
+            since, fenced = self._disconnected_since, self._fenced
+        if since is not None and not fenced:
+            cut_off_s = time.monotonic() - since
+            if cut_off_s >= self.fence_after_s:
+                self._fence(f"no ZooKeeper connection for {cut_off_s:.1f}s: its session may have expired",
+                            session_expired=False)
+        elif since is None and fenced:
+            with self._lock:  # kazoo's thread may have reported a new loss since the read above
+                if self._disconnected_since is not None:
+                    return
+                self._fenced = False
+                self._replicas.lift_fence()
+            log.warning("ZooKeeper connection is back: accepting writes again (after a session expiry, each "
+                        "partition waits for the controller's leader_and_isr)")
+
+    def _fence(self, reason: str, session_expired: bool) -> None:
+        with self._lock:
+            first = not self._fenced
+            self._fenced = True
+            self._replicas.fence_leadership(reason, session_expired)  # sets flags only: fine under the lock
+        if first:
+            log.error("refusing produce requests: %s", reason)
+
+
 class ZkMembership:
     def __init__(self, broker):
         self.broker = broker
@@ -37,6 +113,8 @@ class ZkMembership:
         self.zk = ZkClient(hosts, chroot=chroot,
                            session_timeout_ms=broker.config["zookeeper.session.timeout.ms"])
         self.controller = Controller(broker, self.zk)
+        self.session_guard = SessionGuard(self.zk, broker.replica_manager, broker._on_fatal,
+                                          broker.config["zookeeper.session.timeout.ms"])
         self.broker_epoch = -1
         self._producer_ids_lock = threading.Lock()
         self._producer_ids = None  # the current ProducerIdBlock
@@ -60,6 +138,10 @@ class ZkMembership:
     def stop(self) -> None:
         self.controller.stop()
         self.zk.close()
+
+    def check_session(self) -> None:
+        """Called on every broker tick: see ``SessionGuard.check``."""
+        self.session_guard.check()
 
     def controlled_shutdown(self) -> list[tuple[str, int]]:
         """Ask the controller to move leadership away; returns the partitions this broker still leads.

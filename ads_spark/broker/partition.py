@@ -30,7 +30,9 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from ads_spark.broker.log.checkpoints import write_atomically
-from ads_spark.errors import CorruptMessageError, ErrorCode, InvariantViolation, RecordTooLargeError, error_for
+from ads_spark.errors import (
+    CorruptMessageError, ErrorCode, InvariantViolation, NotLeaderOrFollowerError, RecordTooLargeError, error_for,
+)
 from ads_spark.broker.log.fetched import check_fetched_messages, encode_fetched
 from ads_spark.records import BatchHeader
 from ads_spark.replication import dedupe
@@ -107,6 +109,9 @@ class Partition:
             epoch_pairs=tuple(epochs_file.entries), producers=_load_producers(partition_log),
         )
         self._snapshot_offset = -1  # LEO of the last producer-state snapshot written
+        # Set when this broker's ZooKeeper session expired (membership.SessionGuard): another broker may lead
+        # now, so produces are refused until the controller's next leader_and_isr says who leads.
+        self._awaiting_controller: str | None = None
 
     # ---- read-only views -------------------------------------------------------------
 
@@ -219,7 +224,13 @@ class Partition:
                            role.partition_epoch)
         kind = core.BecomeLeader if role.leader_id == self.local_broker_id else core.BecomeFollower
         outbox = self._run(kind(lai, tuple(role.replicas), tuple(role.observers), now_ms))
+        if outbox.refused is None or outbox.refused.error is ErrorCode.NONE:
+            self._awaiting_controller = None  # the controller has said who leads (applied, or already so)
         return outbox.refused
+
+    def await_controller(self, reason: str) -> None:
+        """Refuse produces until the controller's next leader_and_isr (this broker's session expired)."""
+        self._awaiting_controller = reason
 
     def stop(self, now_ms: int) -> None:
         self._run(core.StopReplica(now_ms))
@@ -243,6 +254,10 @@ class Partition:
     def produce(self, batch: pa.RecordBatch, *, acks: int, timeout_ms: int, max_message_bytes: int, now_ms: int,
                 producer: tuple[int, int, int], complete: ProduceCallback, timestamp_type: int = 0) -> None:
         """Append (unless the core refuses or finds a duplicate) and call ``complete`` once ``acks`` is met."""
+        awaiting = self._awaiting_controller
+        if awaiting is not None:
+            raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition}: not acting as leader until the "
+                                           f"controller confirms it ({awaiting})")
         if batch.nbytes > max_message_bytes:
             raise RecordTooLargeError(f"batch of {batch.nbytes} bytes exceeds max.message.bytes={max_message_bytes} "
                                       f"for {self.topic}-{self.partition}")

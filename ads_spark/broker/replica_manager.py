@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 
-from ads_spark.errors import AdsError, ErrorCode, UnknownTopicOrPartitionError
+from ads_spark.errors import AdsError, ErrorCode, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from ads_spark.broker.partition import Partition
 from ads_spark.records import now_ms
 
@@ -34,6 +34,9 @@ class ReplicaManager:
         # high-watermark move alone should wake them (consumers: yes; followers: no).
         self._watchers: dict[tuple[str, int], dict[threading.Event, bool]] = {}
         self._watchers_lock = threading.Lock()
+        # Why this broker must not acknowledge writes now (its ZooKeeper session may be gone: another broker
+        # may lead its partitions); None while it may. Set and cleared by membership.SessionGuard.
+        self.cut_off_reason: str | None = None
 
     # ---- registry ------------------------------------------------------------
 
@@ -103,8 +106,23 @@ class ReplicaManager:
                 complete: Callable[[int, AdsError | None], None]) -> None:
         """Append and call ``complete(base_offset, error)`` once the acks level is met (maybe from another thread)."""
         partition = self.get(topic, partition_id)
+        cut_off = self.cut_off_reason
+        if cut_off is not None:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not accept writes to {topic}-{partition_id} "
+                                           f"now: {cut_off}")
         partition.produce(batch, acks=acks, timeout_ms=timeout_ms, max_message_bytes=max_message_bytes,
                           now_ms=now_ms(), producer=producer, complete=complete)
+
+    def fence_leadership(self, reason: str, session_expired: bool) -> None:
+        """Refuse every produce for ``reason``; with ``session_expired`` each partition also waits for the
+        controller's next leader_and_isr after ``lift_fence`` (another broker may have been elected)."""
+        self.cut_off_reason = reason
+        if session_expired:
+            for partition in self.partitions():
+                partition.await_controller(reason)
+
+    def lift_fence(self) -> None:
+        self.cut_off_reason = None
 
     def tick_all(self, current_ms: int) -> None:
         """Time passes for every partition: ISR lag checks, proposal retries, produce timeouts."""

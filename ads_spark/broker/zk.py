@@ -36,6 +36,7 @@ from ads_spark.broker.zk_topics import ZkTopics
 from ads_spark.errors import (
     ErrorCode, InvalidRequestError, NotControllerError, StaleControllerEpochError, error_for,
 )
+from ads_spark.names import validate_topic_name
 
 __all__ = [
     "ZkClient", "ZooKeeperUnavailable", "PartitionStateZnode", "VersionedPartitionState", "ControllerEpoch",
@@ -292,7 +293,8 @@ class ZkClient(ZkTopics, ZkSession):
 
     def request_preferred_replica_election(self, partitions: list[tuple[str, int]]) -> None:
         """Write ``/admin/preferred_replica_election``; InvalidRequestError if one is pending."""
-        value = encode_json({"version": 1, "partitions": [{"topic": t, "partition": int(p)} for t, p in partitions]})
+        value = encode_json({"version": 1, "partitions": [{"topic": validate_topic_name(t), "partition": int(p)}
+                                                          for t, p in partitions]})
         if not self._create_if_absent(PREFERRED_REPLICA_ELECTION_PATH, value):
             raise InvalidRequestError("a preferred replica election is already in progress")
 
@@ -310,6 +312,11 @@ class ZkClient(ZkTopics, ZkSession):
 
     def request_reassignment(self, reassignment: dict[str, Any]) -> None:
         """Write ``/admin/reassign_partitions`` (Kafka's JSON); REASSIGNMENT_IN_PROGRESS if one is pending."""
+        items = reassignment.get("partitions") if isinstance(reassignment, dict) else None
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise InvalidRequestError("a reassignment needs a list of partitions, each an object")
+        for item in items:
+            validate_topic_name(item.get("topic"), where="reassignment partitions[].topic")
         if not self._create_if_absent(REASSIGN_PARTITIONS_PATH, encode_json(reassignment)):
             raise error_for(ErrorCode.REASSIGNMENT_IN_PROGRESS, "a partition reassignment is already in progress")
 

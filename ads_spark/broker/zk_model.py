@@ -4,16 +4,23 @@ Everything the ZooKeeper adapter (``zk.py``, ``zk_topics.py``) reads or writes
 is named and encoded here, so the layout is defined in one place and the
 adapter modules hold only I/O. All paths are relative to the chroot (``/ads``
 by default). Values are JSON, except ``/controller_epoch`` (a plain integer).
+
+Nothing a client sends may reach kazoo unchecked: kazoo encodes paths on its
+connection thread, and a string it cannot encode (a lone surrogate) killed that
+thread and left the broker cut off from ZooKeeper for good (issue #20). So every
+path built from a topic name checks the name first (``ads_spark.names``), and
+every value is encoded here, in the caller's thread, into bounded UTF-8 JSON;
+both fail with typed errors (INVALID_TOPIC_EXCEPTION, INVALID_REQUEST).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from ads_spark.errors import InvalidTopicError
+from ads_spark.errors import InvalidRequestError
+from ads_spark.names import shown, validate_topic_name
 from ads_spark.replication.state import LeaderAndIsr
 
 CLUSTER_ID_PATH = "/cluster/id"
@@ -40,8 +47,9 @@ BASE_PATHS = (
     DELETE_TOPICS_PATH, ISR_CHANGE_PATH,
 )
 
-TOPIC_NAME_MAX_CHARS = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+# ZooKeeper refuses a request above jute.maxbuffer (1 MiB by default) by dropping the connection, which
+# costs the broker its session; a value this size still leaves room for the path and the packet header.
+ZNODE_VALUE_BYTES_MAX = 1_000_000
 
 
 class ZooKeeperUnavailable(Exception):
@@ -52,15 +60,6 @@ class ZooKeeperUnavailable(Exception):
     """
 
 
-def validate_topic_name(topic: str) -> None:
-    """Kafka's rule; it also keeps a topic name a single path component."""
-    if not topic or topic in (".", "..") or len(topic) > TOPIC_NAME_MAX_CHARS or not _LEGAL_TOPIC.match(topic):
-        raise InvalidTopicError(
-            f"invalid topic name {topic!r}: use 1-{TOPIC_NAME_MAX_CHARS} characters from "
-            "[a-zA-Z0-9._-], and not '.' or '..'"
-        )
-
-
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS_PATH}/{int(broker_id)}"
 
@@ -69,32 +68,55 @@ def unclean_applied_path(broker_id: int) -> str:
     return f"{UNCLEAN_APPLIED_PATH}/{int(broker_id)}"
 
 
+# Every path holding a topic name is built by one of these, and each checks the name: a valid name is one
+# path component, with nothing kazoo cannot encode and no '.' or '..' (which kazoo refuses with a bare ValueError).
+
 def topic_path(topic: str) -> str:
-    return f"{TOPICS_PATH}/{topic}"
+    return f"{TOPICS_PATH}/{validate_topic_name(topic)}"
 
 
 def partitions_path(topic: str) -> str:
-    return f"{TOPICS_PATH}/{topic}/partitions"
+    return f"{topic_path(topic)}/partitions"
 
 
 def partition_path(topic: str, partition: int) -> str:
-    return f"{TOPICS_PATH}/{topic}/partitions/{int(partition)}"
+    return f"{partitions_path(topic)}/{int(partition)}"
 
 
 def partition_state_path(topic: str, partition: int) -> str:
-    return f"{TOPICS_PATH}/{topic}/partitions/{int(partition)}/state"
+    return f"{partition_path(topic, partition)}/state"
 
 
 def topic_config_path(topic: str) -> str:
-    return f"{CONFIG_TOPICS_PATH}/{topic}"
+    return f"{CONFIG_TOPICS_PATH}/{validate_topic_name(topic)}"
 
 
 def delete_topic_marker_path(topic: str) -> str:
-    return f"{DELETE_TOPICS_PATH}/{topic}"
+    return f"{DELETE_TOPICS_PATH}/{validate_topic_name(topic)}"
 
 
 def encode_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    """``value`` as the UTF-8 JSON stored in a znode; InvalidRequestError if it cannot be one.
+
+    Strict on purpose, so that what ZooKeeper holds is clean for every reader:
+    a lone surrogate (not encodable as UTF-8), NaN or infinity (not JSON), an
+    object that is not JSON data, nesting too deep to encode, or a value above
+    ZNODE_VALUE_BYTES_MAX are refused here, in the caller's thread.
+    """
+    try:
+        data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(f"a value for ZooKeeper holds text that is not valid Unicode: the lone "
+                                  f"surrogate {shown(exc.object[exc.start:exc.end])}") from None
+    except RecursionError:
+        raise InvalidRequestError("a value for ZooKeeper is nested too deeply to encode") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"a value for ZooKeeper is not JSON data: {shown(str(exc))}") from None
+    if len(data) > ZNODE_VALUE_BYTES_MAX:
+        raise InvalidRequestError(f"a value for ZooKeeper of {len(data)} bytes exceeds the "
+                                  f"{ZNODE_VALUE_BYTES_MAX}-byte bound (ZooKeeper's jute.maxbuffer)")
+    return data
 
 
 def decode_json(data: bytes | None) -> Any:

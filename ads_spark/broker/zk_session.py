@@ -7,6 +7,16 @@
 ``_commit``). Watches are persistent kazoo recipes, one subscriber per kind:
 subscribing again replaces the callback, so a controller that is re-elected
 does not pile up duplicate handlers.
+
+Kazoo serialises each request on its one connection thread, and an exception
+there ends that thread for good: the session is gone and nothing reconnects it
+(issue #20: a topic name with a lone surrogate did this, and the broker lived
+on, cut off, still acknowledging writes as a leader). Two guards: the client is
+a ``GuardedKazooClient``, which checks every request in the caller's thread
+before kazoo queues it (paths encodable, without NUL, bounded; values bytes
+within ZooKeeper's bound) and fails it with INVALID_REQUEST instead; and
+``connection_thread_problem`` lets the broker's periodic work notice if the
+thread died anyway, so the broker exits rather than live on without ZooKeeper.
 """
 
 from __future__ import annotations
@@ -19,24 +29,29 @@ from typing import Any, Callable, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    ConnectionLoss, KazooException, NodeExistsError, NoNodeError, OperationTimeoutError, RolledBackError,
-    RuntimeInconsistency, SessionExpiredError, ZookeeperError, ZookeeperStoppedError,
+    ConnectionClosedError, ConnectionLoss, KazooException, NodeExistsError, NoNodeError, OperationTimeoutError,
+    RolledBackError, RuntimeInconsistency, SessionExpiredError, ZookeeperError, ZookeeperStoppedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from ads_spark.broker.zk_model import (
-    BASE_PATHS, CLUSTER_ID_PATH, CONTROLLER_EPOCH_PATH, ZooKeeperUnavailable, encode_json,
+    BASE_PATHS, CLUSTER_ID_PATH, CONTROLLER_EPOCH_PATH, ZNODE_VALUE_BYTES_MAX, ZooKeeperUnavailable, encode_json,
 )
+from ads_spark.errors import InvalidRequestError
+from ads_spark.names import shown
 
 log = logging.getLogger("ads.broker.zk")
 
 DEFAULT_CHROOT = "/ads"
 DEFAULT_SESSION_TIMEOUT_MS = 18000
 DEFAULT_CONNECT_TIMEOUT_S = 15.0
-_LOST_ERRORS = (ConnectionLoss, SessionExpiredError, ZookeeperStoppedError, KazooTimeoutError,
-                OperationTimeoutError)
+# ConnectionClosedError: kazoo's answer once its client is closed (also after its connection thread died).
+_LOST_ERRORS = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, ZookeeperStoppedError,
+                KazooTimeoutError, OperationTimeoutError)
+# ZooKeeper's own limit on a path is the packet size; ours are short, and a long one is someone else's string.
+ZNODE_PATH_CHARS_MAX = 4096
 
 
 class MultiOpFailed(Exception):
@@ -46,6 +61,59 @@ class MultiOpFailed(Exception):
         super().__init__(f"operation {index} failed: {type(error).__name__}")
         self.index = index
         self.error = error
+
+
+def request_problem(request: Any) -> str | None:
+    """Why kazoo must not be given ``request`` (one operation or a multi-op), or None.
+
+    Kazoo itself refuses ``.`` and ``..`` path components (in the caller's
+    thread); what it does not check is whether it can encode a path, which it
+    finds out on its connection thread.
+    """
+    operations = getattr(request, "operations", None)
+    for operation in operations if operations is not None else (request,):
+        path = getattr(operation, "path", None)
+        if path is not None:
+            problem = _path_problem(path)
+            if problem is not None:
+                return problem
+        data = getattr(operation, "data", None)
+        if data is not None and (not isinstance(data, bytes) or len(data) > ZNODE_VALUE_BYTES_MAX):
+            return (f"the value for {shown(path)} must be bytes of at most {ZNODE_VALUE_BYTES_MAX}, "
+                    f"not {type(data).__name__} of length {len(data) if hasattr(data, '__len__') else '?'}")
+    return None
+
+
+def _path_problem(path: Any) -> str | None:
+    if not isinstance(path, str):
+        return f"a znode path must be a string, not {type(path).__name__}"
+    if len(path) > ZNODE_PATH_CHARS_MAX:
+        return f"znode path {shown(path)} is {len(path)} characters, above {ZNODE_PATH_CHARS_MAX}"
+    if "\x00" in path:
+        return f"znode path {shown(path)} contains NUL"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"znode path {shown(path)} is not valid Unicode (a lone surrogate)"
+    return None
+
+
+class GuardedKazooClient(KazooClient):
+    """A KazooClient that checks each request in the caller's thread before queueing it.
+
+    ``_call`` is kazoo's single funnel from every ``*_async`` method and
+    ``transaction().commit_async()`` to its request queue (kazoo 2.x). A request
+    it refuses is failed at once with InvalidRequestError on its async result,
+    the way kazoo fails requests on a closed client, and never reaches the
+    connection thread.
+    """
+
+    def _call(self, request, async_object):
+        problem = request_problem(request)
+        if problem is not None:
+            async_object.set_exception(InvalidRequestError(f"not sent to ZooKeeper: {problem}"))
+            return False
+        return super()._call(request, async_object)
 
 
 @contextmanager
@@ -87,7 +155,7 @@ class ZkSession:
         if self._client is not None:
             return self
         self._ensure_chroot()
-        client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_ms / 1000.0)
+        client = GuardedKazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_ms / 1000.0)
         try:
             client.start(timeout=self.connect_timeout_s)
         except KazooTimeoutError as exc:
@@ -102,7 +170,7 @@ class ZkSession:
     def _ensure_chroot(self) -> None:
         if not self.chroot:
             return
-        bootstrap = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000.0)
+        bootstrap = GuardedKazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000.0)
         try:
             bootstrap.start(timeout=self.connect_timeout_s)
             with unavailable_on_loss("creating the chroot"):
@@ -157,6 +225,23 @@ class ZkSession:
     @property
     def connected(self) -> bool:
         return self._client is not None and self._client.connected
+
+    def connection_thread_problem(self) -> str | None:
+        """Why this session can never come back, or None while it can (connected or reconnecting).
+
+        Cheap enough for every broker tick. Kazoo runs one connection thread per
+        client from ``start()`` until ``stop()``; if it has ended while the client
+        was not stopped, an exception killed it (or its retry policy gave up) and
+        no request will ever be sent again.
+        """
+        client = self._client
+        if client is None or client._stopped.is_set():
+            return None  # not connected yet, or closed on purpose
+        routine = getattr(getattr(client, "_connection", None), "_connection_routine", None)
+        if routine is not None and routine.is_alive():
+            return None
+        return (f"kazoo's ZooKeeper connection thread for {self.hosts}{self.chroot} has died (see the traceback "
+                "logged by kazoo above); this process has no ZooKeeper session and will never get one back")
 
     @property
     def session_id(self) -> int | None:

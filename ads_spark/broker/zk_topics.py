@@ -27,13 +27,14 @@ from ads_spark.broker.zk_model import (
     CONFIG_CHANGE_PREFIX, CONFIG_CHANGES_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH, ISR_CHANGE_PATH,
     ISR_CHANGE_PREFIX, TOPICS_PATH, ControllerEpoch, PartitionStateZnode, StaleVersion, TopicAssignmentZnode,
     VersionedPartitionState, decode_json, delete_topic_marker_path, encode_json, partition_path,
-    partition_state_path, partitions_path, topic_config_path, topic_path, validate_topic_name,
+    partition_state_path, partitions_path, topic_config_path, topic_path,
 )
 from ads_spark.broker.zk_session import MultiOpFailed
 from ads_spark.errors import (
     InvalidReplicaAssignmentError, InvalidRequestError, StaleControllerEpochError, TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from ads_spark.names import validate_topic_name
 
 # ~150 bytes a state: a chunk stays far below ZooKeeper's 1 MB request limit.
 PARTITION_STATES_PER_MULTI_MAX = 500
@@ -250,11 +251,12 @@ class ZkTopics:
         the znode's version; otherwise ``StaleVersion`` with the current state,
         and the leader must take the newer state, not retry.
         """
+        path = partition_state_path(topic, partition)  # checks the topic name first
         value = _stamped(new_state, expected_zk_version + 1).to_json()
         notification = encode_json({"version": 1, "partitions": [{"topic": topic, "partition": int(partition)}]})
 
         def build(tx) -> None:
-            tx.set_data(partition_state_path(topic, partition), value, version=expected_zk_version)
+            tx.set_data(path, value, version=expected_zk_version)
             tx.create(f"{ISR_CHANGE_PATH}/{ISR_CHANGE_PREFIX}", notification, sequence=True)
 
         try:

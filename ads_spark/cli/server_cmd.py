@@ -67,7 +67,9 @@ def start_broker(args) -> int:
         if broker.fatal_error is not None:
             logging.getLogger("ads").critical("stopping: %s", broker.fatal_error)
             broker.stop(controlled=False)
-            return 1
+            # As below: an open Flight stream must not keep a broker that has to go alive in finalisation.
+            logging.shutdown()
+            os._exit(1)
     broker.stop(controlled=True)
     # Logs are closed and checkpointed; do not let a Flight stream a client still holds open
     # keep the process alive in interpreter finalisation.
