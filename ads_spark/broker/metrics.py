@@ -88,5 +88,23 @@ class _StateCollector:
         for kind, count in (getattr(handlers, "request_counts", None) or {}).items():
             requests.add_metric([kind], count)
         yield requests
+        yield from _stream_metrics(getattr(getattr(self.broker, "server", None), "streams", None))
         yield leo
         yield size
+
+
+def _stream_metrics(streams):
+    """The Flight stream bounds of broker/connections.py: what is open, what was refused, what was closed."""
+    if streams is None:
+        return
+    yield GaugeMetricFamily("ads_flight_streams_open", "produce streams and fetch sessions open on this broker",
+                            value=streams.open_count())
+    yield GaugeMetricFamily("ads_flight_stream_connections", "client connections holding an open stream",
+                            value=streams.connection_count())
+    refused = CounterMetricFamily("ads_flight_streams_refused", "streams refused over flight.streams.max (broker) "
+                                  "or flight.streams.per.connection.max (connection)", labels=["limit"])
+    for limit, count in streams.refused_by_limit.items():
+        refused.add_metric([limit], count)
+    yield refused
+    yield CounterMetricFamily("ads_connections_closed_idle", "connections closed after connections.max.idle.ms "
+                              "without data", value=streams.closed_idle)

@@ -14,12 +14,14 @@ import logging
 import os
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from ads_spark.client import wire
+from ads_spark.broker import connections
+from ads_spark.client import request_schemas, wire
 from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, InvariantViolation, error_for
 from ads_spark.records import RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA
 
@@ -37,17 +39,32 @@ def _boundary(name: str, func: Callable[[], Any]) -> Any:
         log.critical("invariant violated in %s; stopping the broker", name, exc_info=True)
         logging.shutdown()
         os._exit(70)
-    except Exception as exc:  # the boundary: report, keep serving
-        log.exception("unexpected error in %s", name)
-        raise wire.flight_error(error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")) from None
+    except Exception:  # the boundary: report, keep serving
+        raise wire.flight_error(internal_error(name)) from None
+
+
+def internal_error(where: str) -> AdsError:
+    """An unexpected exception, logged with its traceback under a reference the client is given instead.
+
+    A client never sees a Python exception's name or text: they say nothing it can act on, and they tell
+    a stranger about the broker's insides. Every input a client controls is refused by the request
+    schemas (client/request_schemas.py) with a typed error first, so this is a bug of ours."""
+    reference = uuid.uuid4().hex[:12]
+    log.exception("unexpected error in %s (reference %s)", where, reference)
+    return error_for(ErrorCode.UNKNOWN_SERVER_ERROR,
+                     f"internal error in {where}; the broker logged it under reference {reference}")
 
 
 class BrokerFlightServer(flight.FlightServerBase):
     """Routes Flight calls to a broker object exposing ``handle_*`` methods."""
 
     def __init__(self, broker, host: str, port: int):
-        super().__init__(location=f"grpc+tcp://{host}:{port}")
+        # Counts every stream from its first moment, before Arrow reads from it (broker/connections.py).
+        streams = connections.StreamRegistry(connections.StreamLimits.from_config(getattr(broker, "config", {})))
+        super().__init__(location=f"grpc+tcp://{host}:{port}", middleware=streams.middleware())
         self.broker = broker
+        self.streams = streams
+        streams.local_port = self.port
 
     # ---- actions ---------------------------------------------------------------
 
@@ -56,23 +73,22 @@ class BrokerFlightServer(flight.FlightServerBase):
 
     def do_action(self, context, action):
         def run():
-            handlers = self.broker.action_handlers()
-            handler = handlers.get(action.type)
+            name = _action_name(action)
+            check = request_schemas.checker(name)
+            handler = self.broker.action_handlers().get(name)
             if handler is None:
-                raise InvalidRequestError(f"unknown action '{action.type}' (known: {', '.join(sorted(handlers))})")
-            body = wire.loads(action.body, action.type) if action.body.size else {}
-            return handler(body)
+                raise InvalidRequestError(f"action '{name}' is not served by this broker")
+            body = wire.loads(action.body, name) if action.body.size else {}
+            return handler(check(body))
 
-        result = _boundary(f"action {action.type}", run)
+        result = _boundary("an action", run)
         return [flight.Result(pa.py_buffer(wire.dumps(result)))]
 
     # ---- fetch -------------------------------------------------------------------
 
     def do_get(self, context, ticket):
         def run():
-            request = wire.loads(ticket.ticket, "fetch")
-            if not isinstance(request, dict) or request.get("type") != wire.FETCH:
-                raise InvalidRequestError("fetch ticket must be a JSON object with type 'fetch'")
+            request = request_schemas.check(request_schemas.FETCH, wire.loads(ticket.ticket, "fetch"), "fetch")
             return self.broker.handle_fetch(request)
 
         responses = _boundary("fetch", run)
@@ -92,16 +108,17 @@ class BrokerFlightServer(flight.FlightServerBase):
         answering is cut at once instead of holding two client threads until its deadline.
         """
         def run():
-            request = wire.loads(descriptor.command, "exchange") if descriptor.command else None
-            kind = request.get("type") if isinstance(request, dict) else None
-            if kind == wire.PRODUCE:
-                _serve_produce_stream(self.broker, reader, _MetadataAnswers(writer))
+            stream = self.streams.attach_call(context)  # refused over flight.streams.per.connection.max
+            if descriptor.descriptor_type != flight.DescriptorType.CMD:
+                raise InvalidRequestError("an exchange needs a command descriptor")
+            request = request_schemas.check(request_schemas.EXCHANGE_COMMAND,
+                                            wire.loads(descriptor.command, "exchange"), "exchange")
+            if request["type"] == wire.PRODUCE:
+                _serve_produce_stream(self.broker, reader, _MetadataAnswers(writer), stream)
                 return
-            if kind != wire.FETCH_SESSION:
-                raise InvalidRequestError("an exchange must be a JSON command with type 'fetch_session' or 'produce'")
             replica_messages = bool(request.get("replica_messages", False))
             writer.begin(REPLICA_MESSAGE_SCHEMA if replica_messages else RECORD_SCHEMA)
-            _serve_fetch_session(self.broker, reader, writer, replica_messages)
+            _serve_fetch_session(self.broker, reader, writer, replica_messages, stream)
 
         _boundary("exchange", run)
 
@@ -109,12 +126,11 @@ class BrokerFlightServer(flight.FlightServerBase):
 
     def do_put(self, context, descriptor, reader, writer):
         def run():
+            stream = self.streams.attach_call(context)  # refused over flight.streams.per.connection.max
             if descriptor.descriptor_type != flight.DescriptorType.CMD:
                 raise InvalidRequestError("produce needs a command descriptor")
-            request = wire.loads(descriptor.command, "produce")
-            if not isinstance(request, dict) or request.get("type") != wire.PRODUCE:
-                raise InvalidRequestError("produce descriptor must be a JSON object with type 'produce'")
-            _serve_produce_stream(self.broker, reader, writer)
+            request_schemas.check(request_schemas.PRODUCE_COMMAND, wire.loads(descriptor.command, "produce"), "produce")
+            _serve_produce_stream(self.broker, reader, writer, stream)
 
         _boundary("produce", run)
 
@@ -202,7 +218,8 @@ class _SentPartitions:
         return kept
 
 
-def _serve_fetch_session(broker, reader, writer, replica_messages: bool) -> None:
+def _serve_fetch_session(broker, reader, writer, replica_messages: bool,
+                         stream: connections.Stream = connections.UNTRACKED) -> None:
     empty = _EMPTY_MESSAGE_BATCH if replica_messages else _EMPTY_BATCH
     sent = _SentPartitions(time.monotonic()) if replica_messages else None
     while True:
@@ -210,10 +227,9 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool) -> None
             chunk = reader.read_chunk()
         except StopIteration:
             return
+        stream.set_busy(1)  # a long poll in progress: its connection is not idle
         try:
-            request = wire.loads(chunk.app_metadata, "fetch")
-            if not isinstance(request, dict) or request.get("type") != wire.FETCH:
-                raise InvalidRequestError("a fetch session request must be a JSON object with type 'fetch'")
+            request = request_schemas.check(request_schemas.FETCH, wire.loads(chunk.app_metadata, "fetch"), "fetch")
             responses = broker.handle_fetch(request, replica_messages)
             if sent is not None:
                 responses = sent.changed_only(request, responses, time.monotonic())
@@ -228,12 +244,12 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool) -> None
             return  # the client is gone
         except Exception as exc:  # one request failed: answered with its error, the session goes on
             end = pa.py_buffer(wire.dumps({**error_response(None, exc, "a fetch session"), "end": True}))
-        if end is None:
-            continue
-        try:
-            writer.write_metadata(end)
-        except Exception:  # the client went away mid-answer
-            return
+        if end is not None:
+            try:
+                writer.write_metadata(end)
+            except Exception:  # the client went away mid-answer
+                return
+        stream.set_busy(0)
 
 
 # In-flight acks=all produces per stream; the reader pauses past this (back-pressure).
@@ -253,7 +269,7 @@ class _MetadataAnswers:
         self._writer.write_metadata(buf)
 
 
-def _serve_produce_stream(broker, reader, writer) -> None:
+def _serve_produce_stream(broker, reader, writer, stream: connections.Stream = connections.UNTRACKED) -> None:
     """Read batches until the client closes its side; answer each one as it completes.
 
     Answers come from other threads (acks=all completes when followers fetch). When the stream ends
@@ -280,6 +296,7 @@ def _serve_produce_stream(broker, reader, writer) -> None:
                     log.debug("produce response not delivered", exc_info=True)
         with drained:
             pending[0] -= 1
+            stream.set_busy(pending[0])  # a produce awaiting its answer keeps the connection from idling
             drained.notify_all()
         outstanding.release()
 
@@ -292,6 +309,7 @@ def _serve_produce_stream(broker, reader, writer) -> None:
             outstanding.acquire()
             with drained:
                 pending[0] += 1
+                stream.set_busy(pending[0])
             broker.handle_produce_chunk(chunk.data, chunk.app_metadata, respond)
         with drained:
             drained.wait_for(lambda: pending[0] == 0, timeout=drain_s)
@@ -302,8 +320,16 @@ def _serve_produce_stream(broker, reader, writer) -> None:
 
 def error_response(correlation_id: Any, exc: Exception, where: str = "produce") -> dict:
     """The answer to one failed request of a stream: an AdsError keeps its code, anything else is logged."""
-    if isinstance(exc, AdsError):
-        return {"correlation_id": correlation_id, "error_code": int(exc.code), "message": exc.message or str(exc)}
-    log.exception("unexpected error in %s", where)
-    return {"correlation_id": correlation_id, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
-            "message": f"{type(exc).__name__}: {exc}"}
+    if not isinstance(exc, AdsError):
+        exc = internal_error(where)
+    return {"correlation_id": correlation_id, "error_code": int(exc.code), "message": exc.message or str(exc)}
+
+
+def _action_name(action) -> str:
+    """A DoAction's type, which arrives as bytes on the wire: invalid UTF-8 or NUL is refused, not decoded
+    half-way."""
+    try:
+        name = action.type
+    except UnicodeDecodeError:
+        raise InvalidRequestError("the action type is not valid UTF-8") from None
+    return request_schemas.check_text(name, "action type", 64)

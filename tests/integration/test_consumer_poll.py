@@ -103,7 +103,7 @@ def test_a_fetch_session_answers_bad_requests_with_errors_and_keeps_serving(admi
     try:
         with pytest.raises(InvalidRequestError, match="fetch_offset: must be >= 0"):
             session.fetch({**good, "partitions": [{"topic": topic_name, "partition": 0, "fetch_offset": -5}]}, 10)
-        with pytest.raises(InvalidRequestError, match="type 'fetch'"):
+        with pytest.raises(InvalidRequestError, match=r"fetch.type: must be one of 'fetch'"):
             session.fetch({"type": "nonsense"}, 10)
         answer = session.fetch(good, 10)  # the same stream, still serving
         values = [v for _, data in answer if data is not None and data.num_rows
