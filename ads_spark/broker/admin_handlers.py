@@ -127,9 +127,14 @@ class AdminHandlers:
         # Validate everything first: a batch with one bad topic creates none.
         plans = [self._plan_topic(entry) for entry in requests]
         membership = self._membership()
+        # Every topic is placed (alive brokers, assignment, not existing yet) before any is written, so a
+        # refused batch creates none; only a creation racing this one can still fail a later write.
+        placed = [(name, membership.plan_topic(name, partitions, replication_factor, assignment, observers),
+                   config, observers)
+                  for name, partitions, replication_factor, assignment, config, observers in plans]
         results = []
-        for name, partitions, replication_factor, assignment, config, observers in plans:
-            membership.create_topic(name, partitions, replication_factor, assignment, config, observers)
+        for name, plan, config, observers in placed:
+            membership.create_planned_topic(name, plan, config, observers)
             results.append({"topic": name, "error_code": 0})
         return {"error_code": 0, "topics": results}
 

@@ -31,7 +31,9 @@ from ads_spark.client.connection import Connections
 from ads_spark.broker.zk_model import PartitionStateZnode
 from ads_spark.replication.state import LeaderAndIsr
 from ads_spark.broker.zk import ZkClient
-from ads_spark.errors import ErrorCode, InvalidReplicaAssignmentError, UnknownTopicOrPartitionError, error_for
+from ads_spark.errors import (
+    ErrorCode, InvalidReplicaAssignmentError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, error_for,
+)
 
 log = logging.getLogger("ads.broker.membership")
 
@@ -197,6 +199,19 @@ class ZkMembership:
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      assignment: list[list[int]] | None, config: dict[str, str],
                      observers: list[int] | None = None) -> None:
+        self.create_planned_topic(name, self.plan_topic(name, partitions, replication_factor, assignment, observers),
+                                  config, observers)
+
+    def create_planned_topic(self, name: str, plan: dict[int, list[int]], config: dict[str, str],
+                             observers: list[int] | None) -> None:
+        observers = list(observers or [])
+        self.zk.create_topic(name, plan, config, observers={p: observers for p in plan} if observers else None)
+
+    def plan_topic(self, name: str, partitions: int, replication_factor: int, assignment: list[list[int]] | None,
+                   observers: list[int] | None) -> dict[int, list[int]]:
+        """Where the new topic's replicas go, or the error that refuses it; writes nothing."""
+        if self.topic_exists(name):
+            raise TopicAlreadyExistsError(f"topic '{name}' already exists")
         live = self.zk.live_brokers()
         observers = list(observers or [])
         if set(observers) - set(live):
@@ -212,7 +227,7 @@ class ZkMembership:
             plan = self.controller.new_topic_assignment(partitions, replication_factor, exclude=set(observers))
         if any(set(replicas) & set(observers) for replicas in plan.values()):
             raise InvalidReplicaAssignmentError("a broker cannot hold both a replica and an observer of a partition")
-        self.zk.create_topic(name, plan, config, observers={p: observers for p in plan} if observers else None)
+        return plan
 
     def topic_exists(self, name: str) -> bool:
         return self.zk.read_topic(name) is not None

@@ -270,19 +270,26 @@ class Obj(Kind):
         return value
 
 
-class PartitionsOnce(ListOf):
-    """A list of partition entries that names each (topic, partition) at most once: a fetch naming one
-    partition 2,000 times once made a broker read it 2,000 times into one answer."""
+class Distinct(ListOf):
+    """A list of objects that names each key (the ``key_fields`` of an item) at most once: a fetch naming one
+    partition 2,000 times once made a broker read it 2,000 times into one answer, and a create_topics
+    naming one topic twice created it, then refused the request."""
+
+    def __init__(self, item: Kind, max_items: int, key_fields: tuple[str, ...], min_items: int = 0):
+        super().__init__(item, max_items, min_items)
+        self.key_fields = key_fields
 
     def fit(self, value: Any) -> list:
         super().fit(value)
-        keys = {(entry["topic"], entry["partition"]) for entry in value}
+        fields = self.key_fields
+        keys = {tuple(entry[f] for f in fields) for entry in value}
         if len(keys) != len(value):
             seen: set = set()
             for index, entry in enumerate(value):
-                key = (entry["topic"], entry["partition"])
+                key = tuple(entry[f] for f in fields)
                 if key in seen:
-                    misfit = Misfit(f"names partition {key[0]}-{key[1]} a second time")
+                    named = ", ".join(f"{f} {shown(v)}" for f, v in zip(fields, key))
+                    misfit = Misfit(f"names {named} a second time")
                     misfit.steps.append(f"[{index}]")
                     raise misfit
                 seen.add(key)
@@ -309,8 +316,8 @@ def _partition(**more: Field) -> dict[str, Field]:
     return {"topic": required(TOPIC), "partition": required(PARTITION_ID), **more}
 
 
-def _partitions(entry: Obj, max_items: int = PARTITIONS_PER_REQUEST_MAX, min_items: int = 0) -> PartitionsOnce:
-    return PartitionsOnce(entry, max_items, min_items)
+def _partitions(entry: Obj, max_items: int = PARTITIONS_PER_REQUEST_MAX, min_items: int = 0) -> Distinct:
+    return Distinct(entry, max_items, ("topic", "partition"), min_items)
 
 
 FETCH_PARTITION = Obj(_partition(
@@ -348,7 +355,7 @@ _BROKER = Obj({
     "rack": optional(Text(HOST_CHARS_MAX)), "broker_epoch": optional(BROKER_EPOCH),
     "metrics_port": optional(Int(0, 65535)),
 })
-_BROKERS = ListOf(_BROKER, BROKERS_PER_REQUEST_MAX)
+_BROKERS = Distinct(_BROKER, BROKERS_PER_REQUEST_MAX, ("id",))
 
 _TOPIC_LIST = ListOf(TOPIC, TOPICS_PER_REQUEST_MAX, distinct=True)
 
@@ -370,7 +377,7 @@ ACTION_SCHEMAS: dict[str, Obj] = {
     "list_offsets": Obj({"partitions": required(_partitions(Obj(_partition(
         timestamp=required(Int(-2, INT64_MAX)), current_leader_epoch=optional(EPOCH)))))}),
     "locate": FETCH_PARTITION,
-    "create_topics": Obj({"topics": required(ListOf(_CREATE_TOPIC, TOPICS_PER_REQUEST_MAX, min_items=1))}),
+    "create_topics": Obj({"topics": required(Distinct(_CREATE_TOPIC, TOPICS_PER_REQUEST_MAX, ("topic",), min_items=1))}),
     "delete_topics": Obj({"topics": required(ListOf(TOPIC, TOPICS_PER_REQUEST_MAX, min_items=1, distinct=True))}),
     "describe_configs": Obj({"topic": required(TOPIC)}),
     "alter_configs": Obj({"topic": required(TOPIC), "set": optional(CONFIG),

@@ -264,3 +264,15 @@ def test_7_one_fetch_answer_is_bounded(cluster, topic_name):
     finally:
         consumer.close()
     _alive(cluster)
+
+
+def test_a_refused_create_topics_creates_none(cluster, topic_name):
+    """A batch refused for any of its topics writes none of them (the fuzz run once found one named twice
+    that created the topic, then refused the request)."""
+    first = {"topic": topic_name, "partitions": 1, "replication_factor": 1}
+    for second in (first, {"topic": topic_name + "-b", "replica_assignment": [[99]]}):
+        detail = _action(cluster, "create_topics", {"topics": [first, second]})
+        assert detail["error_code"] in (ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REPLICA_ASSIGNMENT), detail
+    # describe_configs reads ZooKeeper itself: no metadata propagation delay can hide a created topic
+    assert _action(cluster, "describe_configs", {"topic": topic_name})["error_code"] == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

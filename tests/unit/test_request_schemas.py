@@ -89,8 +89,17 @@ def test_a_string_false_is_not_a_bool():
 
 def test_a_partition_is_named_once_per_request():
     body = _fetch(partitions=[{"topic": "t", "partition": 0, "fetch_offset": 0}] * 2000)
-    with pytest.raises(InvalidRequestError, match=r"partitions\[1\].*t-0 a second time"):
+    with pytest.raises(InvalidRequestError, match=r"partitions\[1\]: names topic 't', partition 0 a second time"):
         rs.check(rs.FETCH, body, "fetch")
+
+
+def test_a_topic_is_created_once_per_request_and_a_broker_listed_once():
+    topic = {"topic": "t", "partitions": 1, "replication_factor": 1}
+    with pytest.raises(InvalidRequestError, match=r"topics\[1\]: names topic 't' a second time"):
+        rs.checker("create_topics")({"topics": [topic, topic]})
+    broker = {"id": 1, "host": "127.0.0.1", "port": 9092}
+    with pytest.raises(InvalidRequestError, match=r"brokers\[1\]: names id 1 a second time"):
+        rs.checker("update_metadata")({"controller_epoch": 1, "brokers": [broker, broker]})
 
 
 def test_partition_counts_keep_kafkas_error_codes():
@@ -164,9 +173,9 @@ def _valid(kind: rs.Kind) -> st.SearchStrategy:
         return st.one_of(*[_valid(k) for k in kind.kinds])
     if isinstance(kind, rs.MapOf):
         return st.dictionaries(_valid(kind.key), _valid(kind.value), max_size=3)
-    if isinstance(kind, rs.PartitionsOnce):
+    if isinstance(kind, rs.Distinct):
         return st.lists(_valid(kind.item), min_size=kind.min_items, max_size=max(kind.min_items, 3),
-                        unique_by=lambda e: (e["topic"], e["partition"]))
+                        unique_by=lambda e: tuple(e[f] for f in kind.key_fields))
     if isinstance(kind, rs.ListOf):
         return st.lists(_valid(kind.item), min_size=kind.min_items, max_size=max(kind.min_items, 3),
                         unique=kind.distinct)
