@@ -67,6 +67,7 @@ class BrokerChannel:
     def __init__(self, client: flight.FlightClient, broker_id: int, answer_deadline_ms: int):
         self.broker_id = broker_id
         self.broken = False
+        self._broken_by: AdsError | None = None  # why, once broken: the broker's refusal travels to the caller
         self.answer_deadline_s = answer_deadline_ms / 1000
         self._ids = itertools.count(1)
         # correlation id -> (item, callback, sent at); bounded by the producer's in-flight caps
@@ -89,7 +90,8 @@ class BrokerChannel:
         meta = dict(meta, correlation_id=correlation_id)
         with self._lock:
             if self.broken:
-                raise NetworkExceptionError(f"produce stream to broker {self.broker_id} is closed")
+                reason = self._broken_by.message if self._broken_by is not None else "closed by the producer"
+                raise NetworkExceptionError(f"produce stream to broker {self.broker_id} is closed ({reason})")
             self._waiting[correlation_id] = (item, callback, time.monotonic())
             self._outbox.append((item.batch, pa.py_buffer(wire.dumps(meta))))
             self._lock.notify_all()
@@ -177,6 +179,12 @@ class BrokerChannel:
                     callback(item, int(response["base_offset"]), None)
         except Exception as exc:
             log.debug("produce stream to broker %s failed: %s", self.broker_id, exc)
+            # The broker's reason travels on: a stream refused over flight.streams.max must say so, not
+            # surface later as a bare delivery timeout.
+            reason = wire.to_ads_error(exc)
+            self._fail_all(NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}: "
+                                                 f"{reason.message or reason}"))
+            return
         self._fail_all(NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}"))
         self._thread_ended()
 
@@ -200,6 +208,7 @@ class BrokerChannel:
         passes False and lets the broker end the stream once the client says it is done."""
         with self._lock:
             self.broken = True
+            self._broken_by = self._broken_by or error
             stranded, self._waiting = list(self._waiting.values()), {}
             self._outbox.clear()
             self._lock.notify_all()

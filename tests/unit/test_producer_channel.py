@@ -125,3 +125,33 @@ def test_an_abandoned_stream_ends_both_its_threads_at_once(server_reads):
         channel.close()
         client.close()
         server.shutdown()
+
+
+class RefusingServer(flight.FlightServerBase):
+    """A broker over its stream bound: every exchange is refused with a typed error."""
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        from ads_spark.client import wire
+
+        raise wire.flight_error(NetworkExceptionError("stream refused: flight.streams.max=1 streams are open"))
+
+
+def test_a_refused_stream_fails_its_batches_with_the_brokers_reason():
+    server = RefusingServer("grpc+tcp://127.0.0.1:0")
+    client = flight.connect(f"grpc+tcp://127.0.0.1:{server.port}")
+    channel = BrokerChannel(client, broker_id=3, answer_deadline_ms=5000)
+    answers = []
+    done = threading.Event()
+    try:
+        try:  # refused while the batch is queued (its callback says why) or before (send says why)
+            channel.send(_item(), {"topic": "t", "partition": 0},
+                         lambda item, offset, error: (answers.append(error), done.set()))
+            assert done.wait(10)
+        except NetworkExceptionError as refused:
+            answers.append(refused)
+        assert isinstance(answers[0], NetworkExceptionError)
+        assert "flight.streams.max" in str(answers[0]), answers[0]
+    finally:
+        channel.close()
+        client.close()
+        server.shutdown()
