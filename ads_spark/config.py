@@ -80,7 +80,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _int("flight.streams.per.connection.max", 100, "produce streams and fetch sessions open at once on one "
              "client connection; one more is refused (NETWORK_EXCEPTION, retriable)", 1),
         _int("connections.max.idle.ms", 600000, "a connection whose streams carried no data for this long is "
-             "closed (-1 never)", -1),
+             "closed (-1 or 0: never)", -1),
     ]
 }
 

@@ -39,6 +39,11 @@ def check_record_batch(batch: pa.RecordBatch, topic: str, partition: int) -> Non
                                   f"({str(exc).splitlines()[0][:200]})") from None
 
 
+def _or(value: Any, default: Any) -> Any:
+    """A checked optional field: absent and null both mean the default."""
+    return default if value is None else value
+
+
 class DataHandlers:
     def __init__(self, broker):
         self.broker = broker
@@ -60,14 +65,12 @@ class DataHandlers:
             if isinstance(meta, dict) and type(meta.get("correlation_id")) is int:
                 correlation_id = meta["correlation_id"]  # so that even a refusal is matched to its request
             request_schemas.check(request_schemas.PRODUCE_BATCH_METADATA, meta, "produce")
-            topic = wire.require(meta, "topic", str, "produce")
-            partition = wire.require(meta, "partition", int, "produce")
-            acks = wire.parse_acks(meta.get("acks", "all"))
-            timeout_ms = min(wire.optional(meta, "timeout_ms", int, 30000, "produce"),
-                             self.broker.config["request.timeout.ms.max"])
-            producer = (wire.optional(meta, "producer_id", int, -1, "produce"),
-                        wire.optional(meta, "producer_epoch", int, -1, "produce"),
-                        wire.optional(meta, "base_sequence", int, -1, "produce"))
+            # Checked above (types, ranges, names): read as they are, with the defaults of absent fields.
+            topic, partition = meta["topic"], meta["partition"]
+            acks = wire.parse_acks(_or(meta.get("acks"), "all"))
+            timeout_ms = min(_or(meta.get("timeout_ms"), 30000), self.broker.config["request.timeout.ms.max"])
+            producer = (_or(meta.get("producer_id"), -1), _or(meta.get("producer_epoch"), -1),
+                        _or(meta.get("base_sequence"), -1))
             if batch is None:
                 raise InvalidRequestError("produce chunk carries no record batch")
             check_record_batch(batch, topic, partition)
@@ -92,20 +95,20 @@ class DataHandlers:
     # ---- fetch --------------------------------------------------------------------
 
     def handle_fetch(self, request: dict[str, Any], replica_messages: bool = False) -> list[tuple[dict, list]]:
-        """``replica_messages``: a follower's session; batches go as stored IPC messages (REPLICA_MESSAGE_SCHEMA)."""
-        replica_id = wire.optional(request, "replica_id", int, -1, "fetch")
+        """``replica_messages``: a follower's session; batches go as stored IPC messages (REPLICA_MESSAGE_SCHEMA).
+
+        ``request`` has passed ``request_schemas.FETCH`` at the boundary: fields are read as they are."""
+        replica_id = _or(request.get("replica_id"), -1)
         if replica_messages and replica_id < 0:
             raise InvalidRequestError("a replica fetch session serves followers only (replica_id >= 0)")
-        broker_epoch = wire.optional(request, "broker_epoch", int, -1, "fetch")
-        max_wait_ms = max(0, min(wire.optional(request, "max_wait_ms", int, 0, "fetch"),
-                                 self.broker.config["fetch.wait.max.ms.max"]))
-        min_bytes = max(0, wire.optional(request, "min_bytes", int, 1, "fetch"))
+        broker_epoch = _or(request.get("broker_epoch"), -1)
+        max_wait_ms = min(_or(request.get("max_wait_ms"), 0), self.broker.config["fetch.wait.max.ms.max"])
+        min_bytes = _or(request.get("min_bytes"), 1)
         # fetch.max.bytes bounds one answer across all its partitions, whatever the request asks for.
-        max_bytes = max(1, min(wire.optional(request, "max_bytes", int, FETCH_MAX_BYTES_DEFAULT, "fetch"),
+        max_bytes = max(1, min(_or(request.get("max_bytes"), FETCH_MAX_BYTES_DEFAULT),
                                self.broker.config["fetch.max.bytes"]))
-        client_rack = wire.optional(request, "client_rack", str, None, "fetch") or None
-        wanted = wire.require(request, "partitions", list, "fetch")
-        specs = [self._parse_fetch_partition(entry) for entry in wanted]
+        client_rack = request.get("client_rack") or None
+        specs = [self._fetch_spec(entry) for entry in request["partitions"]]
         deadline = time.monotonic() + max_wait_ms / 1000
         self.request_counts["fetch_follower" if replica_id >= 0 else "fetch_consumer"] += 1
         keys = {(spec["topic"], spec["partition"]) for spec in specs}
@@ -131,19 +134,13 @@ class DataHandlers:
         return any(meta.get("error_code") or meta.get("diverging_epoch") for meta, _ in responses)
 
     @staticmethod
-    def _parse_fetch_partition(entry: Any) -> dict[str, Any]:
-        what = "fetch partition"
-        offset = wire.require(entry, "fetch_offset", int, what)
-        if offset < 0:
-            raise InvalidRequestError(f"fetch offset must be >= 0, got {offset}")
+    def _fetch_spec(entry: dict[str, Any]) -> dict[str, Any]:
+        """A partition of a fetch (or a locate), checked by ``request_schemas.FETCH_PARTITION``, with defaults."""
         return {
-            "topic": wire.require(entry, "topic", str, what),
-            "partition": wire.require(entry, "partition", int, what),
-            "fetch_offset": offset,
-            "current_leader_epoch": wire.optional(entry, "current_leader_epoch", int, -1, what),
-            "last_fetched_epoch": wire.optional(entry, "last_fetched_epoch", int, -1, what),
-            "partition_max_bytes": max(1, wire.optional(entry, "partition_max_bytes", int,
-                                                        PARTITION_FETCH_MAX_BYTES_DEFAULT, what)),
+            "topic": entry["topic"], "partition": entry["partition"], "fetch_offset": entry["fetch_offset"],
+            "current_leader_epoch": _or(entry.get("current_leader_epoch"), -1),
+            "last_fetched_epoch": _or(entry.get("last_fetched_epoch"), -1),
+            "partition_max_bytes": max(1, _or(entry.get("partition_max_bytes"), PARTITION_FETCH_MAX_BYTES_DEFAULT)),
         }
 
     def _read_all(self, specs, replica_id: int, broker_epoch: int, max_bytes: int, client_rack: str | None,
@@ -207,7 +204,7 @@ class DataHandlers:
 
     def handle_locate(self, body: dict[str, Any]) -> dict[str, Any]:
         """What a consumer fetch from ``fetch_offset`` would return, as places in the segment files."""
-        spec = self._parse_fetch_partition(body)
+        spec = self._fetch_spec(body)
         partition = self.replicas.get(spec["topic"], spec["partition"])
         end = partition.consumer_read_bound(spec["current_leader_epoch"], spec["fetch_offset"], False)
         located = partition.locate(spec["fetch_offset"], end, spec["partition_max_bytes"])
