@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import signal
 import sys
 import tempfile
@@ -43,7 +42,9 @@ from typing import Any, Callable
 import pyarrow.flight as flight
 
 from ads_spark.broker.allocator import ARENAS_MAX, TRIM_THRESHOLD_BYTES
+from ads_spark.broker.zk_model import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_path
 from ads_spark.chaos import fuzz_inputs as inputs
+from ads_spark.chaos.runner import keep_logs
 from ads_spark.chaos import fuzz_special as special
 from ads_spark.chaos import fuzz_streams as streams
 from ads_spark.chaos.fuzz_checks import end_checks, run_checks
@@ -112,9 +113,9 @@ class Fuzzer:
     def __init__(self, cluster: LocalCluster, settings: FuzzSettings, say: Callable[[str], None] = print):
         self.cluster, self.settings, self.say = cluster, settings, say
         self.layout = layout_of(cluster)
+        self.zk = connect_zookeeper(self.layout)  # first: it raises when ZooKeeper does not answer
         self.admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 5000,
                             "default.api.timeout.ms": 15000})
-        self.zk = connect_zookeeper(self.layout)
         self.targets = Targets()
         self.stats: dict[str, CategoryStats] = {}
         self.acked: dict[tuple[int, int], bytes] = {}
@@ -144,9 +145,8 @@ class Fuzzer:
             checks = end_checks(self)
         finally:
             self.admin.close()
-            if self.zk is not None:
-                self.zk.stop()
-                self.zk.close()
+            self.zk.stop()
+            self.zk.close()
         return self._report(checks)
 
     def _setup(self) -> None:
@@ -204,12 +204,11 @@ class Fuzzer:
             except Exception:  # noqa: BLE001 - a cluster without metadata: inputs go to partition 0
                 pass
         controller_id, epoch = -1, -1
-        if self.zk is not None:
-            try:
-                epoch = int(self.zk.get(f"{self.layout.chroot}/controller_epoch")[0])
-                controller_id = json.loads(self.zk.get(f"{self.layout.chroot}/controller")[0])["broker_id"]
-            except Exception:  # noqa: BLE001 - no controller right now: the placeholders say -1
-                pass
+        try:
+            epoch = int(self.zk.get(self.layout.chroot + CONTROLLER_EPOCH_PATH)[0])
+            controller_id = json.loads(self.zk.get(self.layout.chroot + CONTROLLER_PATH)[0])["broker_id"]
+        except Exception:  # noqa: BLE001 - no controller right now: the placeholders say -1
+            pass
         self.targets = Targets(controller_id, epoch, led)
 
     def _plan(self, rng: random.Random) -> list[tuple[str, Any, bool]]:
@@ -370,10 +369,8 @@ class Fuzzer:
         return suspects
 
     def _registered(self, broker_id: int) -> bool:
-        if self.zk is None:
-            return True
         try:
-            return self.zk.exists(f"{self.layout.chroot}/brokers/ids/{broker_id}") is not None
+            return self.zk.exists(self.layout.chroot + broker_path(broker_id)) is not None
         except Exception:  # noqa: BLE001 - our own session trouble is not the broker's
             return True
 
@@ -394,7 +391,7 @@ class Fuzzer:
 
     def _registration(self, broker_id: int) -> bytes | None:
         try:
-            return self.zk.get(f"{self.layout.chroot}/brokers/ids/{broker_id}")[0] if self.zk else None
+            return self.zk.get(self.layout.chroot + broker_path(broker_id))[0]
         except Exception:  # noqa: BLE001 - not registered
             return None
 
@@ -465,18 +462,12 @@ def run(settings: FuzzSettings, out: Path, cluster_dir: Path | None = None,
         finally:
             if own:
                 cluster.down()
-                _keep_logs(cluster.dir, out / "logs")
+                keep_logs(cluster.dir, out / "logs")
             if fuzzer is not None and fuzzer.planted is not None:
                 remove_victim(fuzzer.planted, fuzzer.planted_dirs)
     (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
     say(render_table(report))
     return report
-
-
-def _keep_logs(cluster_dir: Path, target: Path) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    for log in cluster_dir.glob("*.log"):
-        shutil.copy(log, target / log.name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -349,6 +349,8 @@ def run_checks(fuzzer, report: dict, end: dict[str, dict]) -> dict[str, Any]:
         "all_categories_ran": _listed(report["not_run"], "every category ran", "categories not run (time budget)"),
         **end,
     }
-    checks = {name: checks[name] for name in CHECKS}  # a check added here and not to CHECKS is a KeyError
+    # The report lists exactly CHECKS, in its order: a check evaluated but not listed (or the reverse) is a bug.
+    assert set(checks) == set(CHECKS), sorted(set(checks) ^ set(CHECKS))
+    checks = {name: checks[name] for name in CHECKS}
     failed = {name: check["detail"] for name, check in checks.items() if not check["ok"]}
     return {"checks": checks, "rss": rss, "failed_checks": failed, "ok": not failed}

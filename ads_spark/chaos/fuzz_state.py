@@ -32,7 +32,9 @@ from ads_spark.broker.log.manager import (HIGH_WATERMARK_CHECKPOINT, LOG_START_C
                                           parse_partition_dir_name)
 from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC, SINK_TOPIC
 from ads_spark.chaos.fuzz_report import code_name, typed_detail
-from ads_spark.config import read_properties
+from ads_spark.broker.zk_model import ISR_CHANGE_PATH
+from ads_spark.broker.zk_session import DEFAULT_CHROOT
+from ads_spark.config import BrokerConfig, read_properties
 
 PROBE_PREFIX = "fuzzprobe-"
 CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, LOG_START_CHECKPOINT)
@@ -40,7 +42,6 @@ ZNODES_MAX = 20_000  # a refused create_topics that went through could add many;
 FILES_MAX = 50_000
 VIEW_TIMEOUT_S = 3.0
 ZK_TIMEOUT_S = 10.0
-ISR_CHANGE_PATH = "/isr_change_notification"
 PLANTED_TEXT = "a file outside every log.dirs; no broker may write or delete here\n"
 
 
@@ -67,12 +68,11 @@ class Layout:
 
 def layout_of(cluster) -> Layout:
     """The layout of a ``LocalCluster`` (its brokers' log.dirs and chroot from their broker.properties)."""
-    brokers, chroot = {}, "/"
+    brokers, chroot = {}, DEFAULT_CHROOT
     for entry in cluster.state["brokers"]:
-        properties = read_properties(cluster.broker_config_path(entry["id"]))
-        brokers[entry["id"]] = BrokerEndpoint(entry["id"], entry["port"], Path(properties["log.dirs"]))
-        connect = properties.get("zookeeper.connect", "")
-        chroot = "/" + connect.split("/", 1)[1] if "/" in connect else "/"
+        config = BrokerConfig(read_properties(cluster.broker_config_path(entry["id"])))
+        brokers[entry["id"]] = BrokerEndpoint(entry["id"], entry["port"], Path(config["log.dirs"]))
+        chroot = config.zookeeper_hosts_and_chroot[1]  # the broker's own reading, its default included
     return Layout(cluster.dir, cluster.zookeeper_connect, chroot.rstrip("/") or "/", brokers)
 
 
@@ -209,7 +209,7 @@ def broker_view(port: int, timeout_s: float = VIEW_TIMEOUT_S) -> str:
 
 
 def snapshot(layout: Layout, zk) -> dict[str, dict[str, str]]:
-    znodes = zk_tree(zk, layout.chroot) if zk is not None else {"/": "ZooKeeper unreachable"}
+    znodes = zk_tree(zk, layout.chroot)
     views = {str(b): broker_view(e.port) for b, e in sorted(layout.brokers.items())}
     return {"znodes": znodes, "files": file_tree(layout), "views": views}
 
@@ -242,7 +242,8 @@ def _cut(text: str, chars: int = 160) -> str:
 
 
 def connect_zookeeper(layout: Layout):
-    """A kazoo client on the cluster's ZooKeeper (127.0.0.1 only), or None if it does not answer."""
+    """A kazoo client on the cluster's ZooKeeper (127.0.0.1 only); raises if it does not answer, since every
+    ZooKeeper check of the run (sessions kept, znodes unchanged) would otherwise pass without looking."""
     from kazoo.client import KazooClient
 
     host = layout.zookeeper.rsplit(":", 1)[0]
@@ -251,9 +252,9 @@ def connect_zookeeper(layout: Layout):
     zk = KazooClient(hosts=layout.zookeeper, timeout=ZK_TIMEOUT_S)
     try:
         zk.start(timeout=ZK_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - reported as unreachable
+    except Exception as exc:
         zk.stop()
-        return None
+        raise RuntimeError(f"the fuzzer cannot reach ZooKeeper at {layout.zookeeper}: {exc}") from exc
     return zk
 
 

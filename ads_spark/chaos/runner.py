@@ -197,7 +197,7 @@ def topic_config(scenario: str) -> dict[str, str]:
     return UNSAFE_TOPIC_CONFIG if scenario.endswith("-unsafe") else SAFE_TOPIC_CONFIG
 
 
-def _keep_logs(cluster_dir: Path, out_logs: Path | None) -> None:
+def keep_logs(cluster_dir: Path, out_logs: Path | None) -> None:
     if out_logs is None:
         return
     out_logs.mkdir(parents=True, exist_ok=True)
@@ -222,7 +222,7 @@ def execute(cluster: LocalCluster, scenario: str, duration_s: float, seed: int, 
         admin.close()
     finally:
         cluster.down()
-        _keep_logs(cluster.dir, out_logs)
+        keep_logs(cluster.dir, out_logs)
     report = {"scenario": scenario, "seed": seed, "duration_s": duration_s, "hosts": network is not None,
               "nemesis_windows": [[w.name, round(w.started_s - verdict["began"], 2),
                                    round(w.ended_s - verdict["began"], 2)] for w in verdict["windows"]],

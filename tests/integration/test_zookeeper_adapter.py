@@ -14,6 +14,7 @@ from ads_spark.errors import (
     InvalidReplicaAssignmentError, InvalidTopicError, StaleControllerEpochError, TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from tests.fixtures.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -37,12 +38,7 @@ def make_client(zookeeper_server, zk_chroot):
 
 
 def _wait_for(predicate, timeout_s: float = EVENT_WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+    return poll_until(predicate, timeout_s)
 
 
 def test_base_paths_and_cluster_id(zk_client, make_client):

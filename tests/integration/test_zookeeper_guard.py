@@ -20,6 +20,7 @@ from kazoo.protocol.serialization import GetData
 from ads_spark.broker.zk import ZkClient
 from ads_spark.broker.zk_model import PartitionStateZnode, ZooKeeperUnavailable
 from ads_spark.errors import InvalidRequestError, InvalidTopicError, NotLeaderOrFollowerError
+from tests.fixtures.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -29,12 +30,7 @@ KILLS_KAZOO_THREAD = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledT
 
 
 def _wait_for(predicate, timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
+    return poll_until(predicate, timeout_s)
 
 
 def _kill_connection_thread(zk: ZkClient) -> None:

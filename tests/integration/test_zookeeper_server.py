@@ -6,11 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from ads_spark.broker import zookeeper_server as zks
+from tests.fixtures.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -28,13 +28,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
+_wait_for = poll_until
 
 
 def test_start_answers_and_stop_leaves_no_process(tmp_path):
