@@ -5,7 +5,7 @@ Every replicated batch passes through gRPC's receive buffers and Flight's copies
 mmap threshold) or trimmed off the top of its arena, so the next request's buffer faults in fresh pages:
 0.07-0.17 page faults per record per broker at RF=3 batched load, 80% of them in ``recvmsg`` copying into
 new gRPC slices. On this VM a fresh page faults in the host too (the balloon reports freed guest memory),
-and with the policy below a fresh cluster's brokers moved 9-19% more (docs/DESIGN.md, seventh round).
+and with the policy below a fresh cluster's brokers moved 9-19% more (docs/perf/replicated-produce-path.md, seventh round).
 
 The policy: at most ``ARENAS_MAX`` malloc arenas, each keeping up to ``TRIM_THRESHOLD_BYTES`` of free
 memory at its top, and buffers below ``MMAP_THRESHOLD_BYTES`` served from the arenas. What a broker may
