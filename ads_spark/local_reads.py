@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ads_spark.errors import CorruptMessageError
-from ads_spark.records import RECORD_SCHEMA, BatchHeader
+from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 

@@ -49,7 +49,7 @@ PRODUCE_BATCH_RECORDS = 512
 
 def synthetic_batches(rows: int):
     """``rows`` rows of the ads source schema as ready 2048-row Arrow batches: all a ceiling reader does."""
-    from ads_spark.source.schema import arrow_schema
+    from ads_spark.spark.source.schema import arrow_schema
 
     schema = arrow_schema(include_headers=False)
     per_batch = 2048
@@ -77,7 +77,7 @@ def synthetic_source_class():
                                         DataSourceStreamReader, InputPartition, WriterCommitMessage)
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-    from ads_spark.source.schema import spark_schema
+    from ads_spark.spark.source.schema import spark_schema
 
     class SyntheticReader(DataSourceReader):
         def __init__(self, rows: int, partition_count: int):

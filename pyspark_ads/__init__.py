@@ -6,6 +6,6 @@ the data source class; the class itself imports nothing heavy until Spark asks
 it for a reader or writer.
 """
 
-from ads_spark.source.datasource import AdsDataSource as DefaultSource
+from ads_spark.spark.source.datasource import AdsDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

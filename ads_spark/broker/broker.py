@@ -13,21 +13,21 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from ads_spark.broker.admin_handlers import AdminHandlers
-from ads_spark.broker.control_handlers import ControlHandlers
-from ads_spark.broker.data_handlers import DataHandlers
-from ads_spark.broker.fetcher import ReplicaFetcherManager
-from ads_spark.broker.isr_writer import IsrWriter
+from ads_spark.broker.rpc.admin_handlers import AdminHandlers
+from ads_spark.broker.rpc.control_handlers import ControlHandlers
+from ads_spark.broker.rpc.data_handlers import DataHandlers
+from ads_spark.broker.replica.fetcher import ReplicaFetcherManager
+from ads_spark.broker.replica.isr_writer import IsrWriter
 from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogManager
 from ads_spark.broker.metadata_cache import MetadataCache
 from ads_spark.broker.metrics import BrokerMetrics
-from ads_spark.broker.partition import Partition
-from ads_spark.broker.replica_manager import ReplicaManager
-from ads_spark.broker.server import BrokerFlightServer
-from ads_spark.broker.verify_handlers import VerifyHandlers
-from ads_spark.client import wire
+from ads_spark.broker.replica.partition import Partition
+from ads_spark.broker.replica.replica_manager import ReplicaManager
+from ads_spark.broker.rpc.server import BrokerFlightServer
+from ads_spark.broker.rpc.verify_handlers import VerifyHandlers
+from ads_spark.protocol import wire
 from ads_spark.config import BrokerConfig, effective_topic_config
-from ads_spark.records import now_ms
+from ads_spark.protocol.records import now_ms
 from ads_spark.replication.state import PartitionConfig
 
 log = logging.getLogger("ads.broker")

@@ -94,7 +94,7 @@ class _StateCollector:
 
 
 def _stream_metrics(streams):
-    """The Flight stream bounds of broker/connections.py: what is open, what was refused, what was closed."""
+    """The Flight stream bounds of broker/rpc/connections.py: what is open, what was refused, what was closed."""
     if streams is None:
         return
     yield GaugeMetricFamily("ads_flight_streams_open", "produce streams and fetch sessions open on this broker",

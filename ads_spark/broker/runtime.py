@@ -7,6 +7,6 @@ from ads_spark.config import BrokerConfig
 
 
 def build_broker(config: BrokerConfig) -> Broker:
-    from ads_spark.broker.membership import ZkMembership
+    from ads_spark.broker.zk.membership import ZkMembership
 
     return Broker(config, zk_factory=ZkMembership)

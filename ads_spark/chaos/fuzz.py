@@ -42,7 +42,7 @@ from typing import Any, Callable
 import pyarrow.flight as flight
 
 from ads_spark.broker.allocator import ARENAS_MAX, TRIM_THRESHOLD_BYTES
-from ads_spark.broker.zk_model import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_path
+from ads_spark.broker.zk.model import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_path
 from ads_spark.chaos import fuzz_inputs as inputs
 from ads_spark.chaos.runner import keep_logs
 from ads_spark.chaos import fuzz_special as special

@@ -19,7 +19,7 @@ import pyarrow.flight as flight
 from ads_spark.chaos.fuzz_inputs import CONTROLLER_EPOCH, CONTROLLER_ID, LED_PARTITION, SELF_ID, FuzzInput
 from ads_spark.chaos.fuzz_raw import BodyScramblingProxy
 from ads_spark.chaos.fuzz_report import Answer, code_name, from_json_answers, typed_detail
-from ads_spark.records import PRODUCE_SCHEMA, RECORD_SCHEMA
+from ads_spark.protocol.records import PRODUCE_SCHEMA, RECORD_SCHEMA
 
 ANSWER_BYTES_READ_MAX = 1 << 30  # a fetch answer past this is not read further (its size is the finding)
 ANSWER_TEXTS_KEPT = 200  # metadata messages of one answer kept for the scan; an answer may have thousands

@@ -25,7 +25,7 @@ from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC, REPEATS, FuzzInput, dumps
 from ads_spark.chaos.fuzz_report import Answer, CategoryStats, from_json_answers
 from ads_spark.chaos.fuzz_send import failure, options, send, send_action
 from ads_spark.chaos.fuzz_state import proc_status
-from ads_spark.records import PRODUCE_SCHEMA
+from ads_spark.protocol.records import PRODUCE_SCHEMA
 
 AMPLIFIED_FETCH_TIMEOUT_S = 60.0  # an unbounded answer of ~200 MB takes a while to read; a hang is still a hang
 HELD_PROBE_TIMEOUT_S = 5.0

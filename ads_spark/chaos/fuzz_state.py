@@ -32,8 +32,8 @@ from ads_spark.broker.log.manager import (HIGH_WATERMARK_CHECKPOINT, LOG_START_C
                                           parse_partition_dir_name)
 from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC, SINK_TOPIC
 from ads_spark.chaos.fuzz_report import code_name, typed_detail
-from ads_spark.broker.zk_model import ISR_CHANGE_PATH
-from ads_spark.broker.zk_session import DEFAULT_CHROOT
+from ads_spark.broker.zk.model import ISR_CHANGE_PATH
+from ads_spark.broker.zk.session import DEFAULT_CHROOT
 from ads_spark.config import BrokerConfig, read_properties
 
 PROBE_PREFIX = "fuzzprobe-"

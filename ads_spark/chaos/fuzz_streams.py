@@ -18,7 +18,7 @@ from ads_spark.chaos.fuzz_inputs import (
     OVERSIZED_BYTES, OVERSIZED_TIMEOUT_S, PRODUCE_META_TEMPLATE, SINK_TOPIC, UNKNOWN_FIELD, FuzzInput, choose,
     deep_list, deep_object, dumps, variants,
 )
-from ads_spark.records import PRODUCE_SCHEMA
+from ads_spark.protocol.records import PRODUCE_SCHEMA
 
 
 def _commands(kinds: tuple[str, ...]) -> list[tuple[str, Callable[[], bytes]]]:

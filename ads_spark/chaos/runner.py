@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 
 from ads_spark.chaos.checker import FAILED, OK, UNKNOWN, Attempt, NemesisWindow, check
-from ads_spark.client import Admin, Consumer, Producer, TopicPartition, wire
-from ads_spark.client.connection import Connections
+from ads_spark.client import Admin, Consumer, Producer, TopicPartition
+from ads_spark.protocol import wire
+from ads_spark.protocol.connection import Connections
 from ads_spark.client.producer_channel import live_stream_threads
 from ads_spark.cluster import LocalCluster
 from ads_spark.errors import ErrorCode

@@ -34,7 +34,7 @@ def register(commands) -> None:
 
 
 def start_zookeeper(args) -> int:
-    from ads_spark.broker.zookeeper_server import run_foreground
+    from ads_spark.broker.zk.embedded import run_foreground
 
     run_foreground(Path(args.data_dir), args.port, host=args.host)
     return 0

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 
 from ads_spark.cli.common import add_bootstrap, client_config, print_json
-from ads_spark.client import Admin, wire
-from ads_spark.client.connection import Connections
+from ads_spark.client import Admin
+from ads_spark.protocol import wire
+from ads_spark.protocol.connection import Connections
 
 
 def register(commands) -> None:

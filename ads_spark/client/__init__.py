@@ -5,7 +5,7 @@ See INTERFACES.md ("Python client") for the public surface; errors raised are
 """
 
 from ads_spark.client.admin import Admin, TopicDescription
-from ads_spark.client.connection import PartitionMetadata
+from ads_spark.protocol.connection import PartitionMetadata
 from ads_spark.client.consumer import Consumer, Record, TopicPartition
 from ads_spark.client.producer import Producer, RecordMetadata
 

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ads_spark.client import wire
-from ads_spark.client.connection import Connections, PartitionMetadata, backoff_sleep
+from ads_spark.protocol import wire
+from ads_spark.protocol.connection import Connections, PartitionMetadata, backoff_sleep
 from ads_spark.client.consumer import API_TIMEOUT_MS_DEFAULT, Consumer, TopicPartition
 from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_for
 

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
-from ads_spark.client import wire
-from ads_spark.client.connection import Connections, backoff_sleep
+from ads_spark.protocol import wire
+from ads_spark.protocol.connection import Connections, backoff_sleep
 from ads_spark.errors import (
     AdsError,
     InvalidRequestError,
@@ -30,7 +30,7 @@ from ads_spark.errors import (
 )
 from ads_spark.client.poll_fetcher import PollFetcher
 from ads_spark.local_reads import NotLocal, host_identity, read_located
-from ads_spark.records import RECORD_SCHEMA
+from ads_spark.protocol.records import RECORD_SCHEMA
 
 log = logging.getLogger("ads.client.consumer")
 

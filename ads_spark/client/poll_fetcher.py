@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ads_spark.client import consumer as consumer_module  # circular: attributes are read at call time
-from ads_spark.client import wire
-from ads_spark.client.fetch_session import FetchSession
+from ads_spark.protocol import wire
+from ads_spark.protocol.fetch_session import FetchSession
 from ads_spark.errors import AdsError, error_for
 
 log = logging.getLogger("ads.client.poll")

@@ -38,15 +38,15 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from ads_spark.client import wire
-from ads_spark.client.connection import Connections
+from ads_spark.protocol import wire
+from ads_spark.protocol.connection import Connections
 from ads_spark.client.delivery import DeliveryFuture, RecordMetadata
 from ads_spark.client.producer_batch import OpenBatch, ProducerBatch, put_back, take_coalesced
 from ads_spark.client.producer_channel import BrokerChannel
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
 )
-from ads_spark.records import conform_produce_batch, now_ms
+from ads_spark.protocol.records import conform_produce_batch, now_ms
 
 log = logging.getLogger("ads.client.producer")
 

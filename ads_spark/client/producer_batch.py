@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from ads_spark.client.delivery import BatchOutcome
 from ads_spark.errors import AdsError
-from ads_spark.records import HEADER_TYPE, PRODUCE_SCHEMA, int64_column
+from ads_spark.protocol.records import HEADER_TYPE, PRODUCE_SCHEMA, int64_column
 
 PARTS_PER_REQUEST_MAX = 256  # bounds the per-request bookkeeping when batches are tiny
 

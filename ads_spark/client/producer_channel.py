@@ -37,9 +37,9 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from ads_spark.client import wire
+from ads_spark.protocol import wire
 from ads_spark.errors import AdsError, NetworkExceptionError, error_for
-from ads_spark.records import PRODUCE_SCHEMA
+from ads_spark.protocol.records import PRODUCE_SCHEMA
 
 log = logging.getLogger("ads.client.channel")
 

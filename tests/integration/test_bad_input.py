@@ -20,7 +20,8 @@ import pytest
 
 from ads_spark.chaos.fuzz_report import exception_names_in
 from ads_spark.chaos.fuzz_streams import garbage_batch
-from ads_spark.client import Admin, Consumer, Producer, TopicPartition, wire
+from ads_spark.client import Admin, Consumer, Producer, TopicPartition
+from ads_spark.protocol import wire
 from ads_spark.cluster import pid_alive
 from ads_spark.errors import ErrorCode
 from tests.fixtures.cluster import read_all

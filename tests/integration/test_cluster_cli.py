@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from ads_spark.client import Admin, Consumer, Producer, TopicPartition, wire
+from ads_spark.client import Admin, Consumer, Producer, TopicPartition
+from ads_spark.protocol import wire
 from ads_spark.errors import (
     AdsError,
     InvalidConfigError,
@@ -179,9 +180,9 @@ def _send_raw(cluster, topic: str, values: list[bytes], producer_id: int, base_s
     """One produce batch on the wire with explicit idempotence fields; returns the broker's answer."""
     from concurrent.futures import Future
 
-    from ads_spark.client.connection import Connections
+    from ads_spark.protocol.connection import Connections
     from ads_spark.client.producer_channel import BrokerChannel
-    from ads_spark.records import conform_produce_batch
+    from ads_spark.protocol.records import conform_produce_batch
 
     connections = Connections({"bootstrap.servers": cluster.bootstrap_servers})
     try:

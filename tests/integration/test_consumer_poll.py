@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from ads_spark.client import Consumer, Producer, TopicPartition, wire
-from ads_spark.client.connection import Connections
-from ads_spark.client.fetch_session import FetchSession
+from ads_spark.client import Consumer, Producer, TopicPartition
+from ads_spark.protocol import wire
+from ads_spark.protocol.connection import Connections
+from ads_spark.protocol.fetch_session import FetchSession
 from ads_spark.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from tests.fixtures.cluster import metric_total
 

@@ -87,7 +87,8 @@ def test_rack_aware_placement_and_same_rack_follower_reads(fresh_cluster, topic_
     """Six brokers on three racks: every partition spans three racks; a rack-b consumer reads from rack b."""
     import pyarrow.flight as flight
 
-    from ads_spark.client import Consumer, Producer, TopicPartition, wire
+    from ads_spark.client import Consumer, Producer, TopicPartition
+    from ads_spark.protocol import wire
     from ads_spark.errors import ErrorCode
 
     racks = ["a", "b", "c"]
@@ -252,7 +253,7 @@ def test_an_isr_write_naming_an_old_incarnation_is_undone_by_the_controller(fres
     such a late write would, with its notification."""
     from dataclasses import replace
 
-    from ads_spark.broker.zk import ZkClient
+    from ads_spark.broker.zk.client import ZkClient
     from ads_spark.client import Producer
 
     cluster = fresh_cluster(3)

@@ -2,7 +2,7 @@
 
 Each follower fetcher keeps one long-polling fetch parked at its leader for every partition it follows
 there (up to ``replica.fetch.wait.max.ms``). A partition added meanwhile (a new topic, a moved leader) cuts
-that fetch short (broker/fetcher.py); before, it waited for the poll to end, and an acks=all produce to it
+that fetch short (broker/replica/fetcher.py); before, it waited for the poll to end, and an acks=all produce to it
 with it."""
 
 from __future__ import annotations

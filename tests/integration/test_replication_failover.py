@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from ads_spark.broker.zk import ZkClient
+from ads_spark.broker.zk.client import ZkClient
 from ads_spark.client import Admin, Producer
 from ads_spark.errors import AdsError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from tests.fixtures.cluster import metric_values, read_all

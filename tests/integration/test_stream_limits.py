@@ -18,7 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow.flight as flight
 import pytest
 
-from ads_spark.client import Admin, Consumer, Producer, TopicPartition, wire
+from ads_spark.client import Admin, Consumer, Producer, TopicPartition
+from ads_spark.protocol import wire
 from ads_spark.errors import ErrorCode
 from tests.fixtures.cluster import metric_total
 

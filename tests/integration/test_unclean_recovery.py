@@ -8,7 +8,8 @@ import time
 import pyarrow.flight as flight
 import pytest
 
-from ads_spark.client import Admin, Producer, TopicPartition, wire
+from ads_spark.client import Admin, Producer, TopicPartition
+from ads_spark.protocol import wire
 from ads_spark.errors import InvalidRequestError, StaleControllerEpochError
 from tests.fixtures.cluster import read_all
 from tests.integration.test_replication_failover import leader_of, scrape, wait_until

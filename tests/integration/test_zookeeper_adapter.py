@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ads_spark.broker.zk import BrokerIdInUseError, ZkClient
-from ads_spark.broker.zk_model import PartitionStateZnode, StaleVersion
+from ads_spark.broker.zk.client import BrokerIdInUseError, ZkClient
+from ads_spark.broker.zk.model import PartitionStateZnode, StaleVersion
 from ads_spark.errors import (
     InvalidReplicaAssignmentError, InvalidTopicError, StaleControllerEpochError, TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -307,8 +307,8 @@ def test_watches_fire_and_topic_deletion(make_client):
 
 
 def test_unreachable_zookeeper_is_a_bounded_typed_failure(zookeeper_server, zk_chroot):
-    from ads_spark.broker.zk import ZooKeeperUnavailable
-    from ads_spark.broker.zookeeper_server import free_port
+    from ads_spark.broker.zk.client import ZooKeeperUnavailable
+    from ads_spark.broker.zk.embedded import free_port
 
     started = time.monotonic()
     with pytest.raises(ZooKeeperUnavailable):

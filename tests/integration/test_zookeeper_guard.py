@@ -17,8 +17,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.serialization import GetData
 
-from ads_spark.broker.zk import ZkClient
-from ads_spark.broker.zk_model import PartitionStateZnode, ZooKeeperUnavailable
+from ads_spark.broker.zk.client import ZkClient
+from ads_spark.broker.zk.model import PartitionStateZnode, ZooKeeperUnavailable
 from ads_spark.errors import InvalidRequestError, InvalidTopicError, NotLeaderOrFollowerError
 from tests.fixtures.waiting import poll_until
 
@@ -106,7 +106,7 @@ def test_a_dead_connection_thread_is_reported_and_calls_fail_typed(zookeeper_ser
 @KILLS_KAZOO_THREAD
 def test_a_broker_whose_kazoo_thread_dies_stops_leading_and_reports_fatal(tmp_path, zookeeper_server, zk_chroot):
     from ads_spark.broker.broker import Broker
-    from ads_spark.broker.membership import ZkMembership
+    from ads_spark.broker.zk.membership import ZkMembership
     from ads_spark.config import BrokerConfig
     from tests.unit.test_log_support import produce_batch
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ads_spark.broker import zookeeper_server as zks
+from ads_spark.broker.zk import embedded as zks
 from tests.fixtures.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -96,7 +96,7 @@ def test_zoo_cfg_template_matches_what_is_rendered():
 def test_server_dies_with_a_killed_parent(tmp_path):
     script = (
         "import os, sys\n"
-        "from ads_spark.broker.zookeeper_server import EmbeddedZooKeeper\n"
+        "from ads_spark.broker.zk.embedded import EmbeddedZooKeeper\n"
         f"zk = EmbeddedZooKeeper({str(tmp_path / 'zk')!r}, die_with_parent=True).start(30)\n"
         "print(zk.pid, zk.port, flush=True)\n"
         "os._exit(0)\n"  # no stop(): as if the test run were killed

@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 
 from ads_spark.broker.log import LeaderEpochFile, LogConfig
-from ads_spark.broker.partition import Partition, PartitionRole
+from ads_spark.broker.replica.partition import Partition, PartitionRole
 from ads_spark.errors import CorruptMessageError, NotEnoughReplicasError
 from ads_spark.replication import dedupe
 from ads_spark.replication.state import PartitionConfig

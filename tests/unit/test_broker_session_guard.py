@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from ads_spark.broker import membership
+from ads_spark.broker.zk import membership
 from ads_spark.broker.log import LeaderEpochFile, LogConfig
-from ads_spark.broker.membership import SessionGuard
-from ads_spark.broker.partition import Partition, PartitionRole
-from ads_spark.broker.replica_manager import ReplicaManager
+from ads_spark.broker.zk.membership import SessionGuard
+from ads_spark.broker.replica.partition import Partition, PartitionRole
+from ads_spark.broker.replica.replica_manager import ReplicaManager
 from ads_spark.errors import NotLeaderOrFollowerError
 from ads_spark.replication.state import PartitionConfig
 from tests.unit.test_log_support import open_log, produce_batch

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ads_spark.client.consumer import _chunk
-from ads_spark.records import RECORD_SCHEMA
+from ads_spark.protocol.records import RECORD_SCHEMA
 from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
 
 

@@ -6,8 +6,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from ads_spark import config, errors, records
-from ads_spark.client import wire
+from ads_spark import config, errors
+from ads_spark.protocol import records
+from ads_spark.protocol import wire
 
 
 def test_error_classes_follow_kafka_codes_and_retriability():

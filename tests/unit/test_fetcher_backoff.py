@@ -12,7 +12,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from ads_spark.broker.fetcher import FetcherThread, LeaderEndpoint
+from ads_spark.broker.replica.fetcher import FetcherThread, LeaderEndpoint
 from ads_spark.errors import ErrorCode
 from ads_spark.replication.partition import FetchRequest
 

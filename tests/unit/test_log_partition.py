@@ -16,7 +16,7 @@ from ads_spark.errors import (
 )
 from ads_spark.broker.log.fetched import check_fetched_messages
 from ads_spark.broker.log.segment import SCHEMA_MESSAGE, encode_sealed_message
-from ads_spark.records import (
+from ads_spark.protocol.records import (
     PRODUCE_SCHEMA, RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
     as_message_batch, message_of, seal, verify,
 )
@@ -444,7 +444,7 @@ def test_a_broker_appending_does_not_import_pandas(tmp_path):
     assert_leaves_pandas_unimported(
         "from pathlib import Path\nimport pyarrow as pa\nimport ads_spark.broker.broker\n"
         "from ads_spark.broker.log import LogConfig\nfrom ads_spark.broker.log.partition_log import PartitionLog\n"
-        "from ads_spark.records import TIMESTAMP_TYPE_LOG_APPEND_TIME, conform_produce_batch\n"
+        "from ads_spark.protocol.records import TIMESTAMP_TYPE_LOG_APPEND_TIME, conform_produce_batch\n"
         "values = pa.Array.from_buffers(pa.binary(), 2, [None, pa.py_buffer(bytes([0, 0, 0, 0, 1, 0, 0, 0,"
         " 3, 0, 0, 0])), pa.py_buffer(b'abc')])\n"
         "batch = conform_produce_batch(pa.RecordBatch.from_arrays([values], names=['value']))\n"

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from ads_spark.broker.log import LogConfig, PartitionLog
-from ads_spark.records import PRODUCE_SCHEMA
+from ads_spark.protocol.records import PRODUCE_SCHEMA
 
 
 def produce_batch(values: list[bytes], timestamps_ms: list[int] | None = None) -> pa.RecordBatch:

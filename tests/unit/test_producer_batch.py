@@ -12,7 +12,7 @@ import pytest
 from ads_spark.client.producer_batch import (PARTS_PER_REQUEST_MAX, OpenBatch, ProducerBatch, _binary_column, put_back,
                                              take_coalesced)
 from ads_spark.errors import NotEnoughReplicasError
-from ads_spark.records import PRODUCE_SCHEMA, conform_produce_batch
+from ads_spark.protocol.records import PRODUCE_SCHEMA, conform_produce_batch
 from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
 
 NOW_MS = 1_000

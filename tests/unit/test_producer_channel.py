@@ -18,7 +18,7 @@ import pytest
 
 from ads_spark.client.producer_channel import BrokerChannel
 from ads_spark.errors import NetworkExceptionError
-from ads_spark.records import PRODUCE_SCHEMA
+from ads_spark.protocol.records import PRODUCE_SCHEMA
 
 
 class HangingClient:
@@ -131,7 +131,7 @@ class RefusingServer(flight.FlightServerBase):
     """A broker over its stream bound: every exchange is refused with a typed error."""
 
     def do_exchange(self, context, descriptor, reader, writer):
-        from ads_spark.client import wire
+        from ads_spark.protocol import wire
 
         raise wire.flight_error(NetworkExceptionError("stream refused: flight.streams.max=1 streams are open"))
 

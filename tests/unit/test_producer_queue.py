@@ -18,7 +18,7 @@ import pytest
 
 from ads_spark.client.producer import Producer
 from ads_spark.errors import ErrorCode, InvalidRequestError, error_for
-from ads_spark.records import conform_produce_batch, now_ms
+from ads_spark.protocol.records import conform_produce_batch, now_ms
 
 BATCH_RECORDS = 4
 ROUNDS_MAX = 200  # each round answers every request in flight; the correct queue needs ~10

@@ -1,4 +1,4 @@
-"""The request validation layer (client/request_schemas.py, wire.loads): rules, then properties.
+"""The request validation layer (protocol/request_schemas.py, wire.loads): rules, then properties.
 
 Properties (hypothesis): any JSON value is either accepted or refused with a typed
 AdsError, never another exception; every body built from a schema is accepted; a
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ads_spark.client import request_schemas as rs
-from ads_spark.client import wire
+from ads_spark.protocol import request_schemas as rs
+from ads_spark.protocol import wire
 from ads_spark.errors import (
     AdsError,
     ErrorCode,

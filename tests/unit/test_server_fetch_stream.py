@@ -1,6 +1,6 @@
-"""How a fetch answer is cut into Flight messages (broker/server.py ``_fetch_stream``): one chunk per batch, then
+"""How a fetch answer is cut into Flight messages (broker/rpc/server.py ``_fetch_stream``): one chunk per batch, then
 one empty batch listing every partition with nothing to send, and in a fetch session the last chunk's metadata
-ends the answer (client/fetch_session.py reads up to it); ``wire.split_fetch_answer`` reads every shape back."""
+ends the answer (protocol/fetch_session.py reads up to it); ``wire.split_fetch_answer`` reads every shape back."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 
 import pyarrow as pa
 
-from ads_spark.broker.server import _EMPTY_BATCH, SESSION_FULL_ANSWER_INTERVAL_S, _fetch_stream, _SentPartitions
-from ads_spark.client import wire
-from ads_spark.records import BatchHeader
+from ads_spark.broker.rpc.server import _EMPTY_BATCH, SESSION_FULL_ANSWER_INTERVAL_S, _fetch_stream, _SentPartitions
+from ads_spark.protocol import wire
+from ads_spark.protocol.records import BatchHeader
 
 
 def _metas(chunks) -> list[dict]:
@@ -56,7 +56,7 @@ def test_without_end_marking_or_chunks_nothing_says_end():
     assert list(_fetch_stream([], end_marked=True)) == []  # the session sends a metadata-only end instead
 
 
-# ---- replica sessions leave out partitions with nothing new (broker/server.py ``_SentPartitions``) ----------
+# ---- replica sessions leave out partitions with nothing new (broker/rpc/server.py ``_SentPartitions``) ----------
 
 def _request(*partitions):
     return {"partitions": [{"topic": "t", "partition": p, "fetch_offset": offset, "current_leader_epoch": epoch}

@@ -21,11 +21,11 @@ BATCHES_PER_STREAM = 20  # in flight when the stream is cancelled, as a pipelini
 CHILD = textwrap.dedent(f"""
     import threading, time
     import pyarrow as pa, pyarrow.flight as flight
-    from ads_spark.broker import server as server_module
-    from ads_spark.broker.server import BrokerFlightServer
+    from ads_spark.broker.rpc import server as server_module
+    from ads_spark.broker.rpc.server import BrokerFlightServer
     server_module.PRODUCE_DRAIN_MARGIN_S = 0.1
-    from ads_spark.client import wire
-    from ads_spark.records import PRODUCE_SCHEMA
+    from ads_spark.protocol import wire
+    from ads_spark.protocol.records import PRODUCE_SCHEMA
 
     class LateBroker:
         config = {{"request.timeout.ms.max": 0}}  # with the margin above: a 0.1 s drain

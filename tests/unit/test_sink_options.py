@@ -16,9 +16,9 @@ from pyspark.sql.types import (
 )
 
 from ads_spark.errors import InvalidConfigError, InvalidRequestError
-from ads_spark.records import PRODUCE_SCHEMA
-from ads_spark.sink.options import check_input_schema, parse_sink_options, to_produce_rows
-from ads_spark.sink.writer import AdsBatchWriter, AdsStreamWriter, WriteTaskIdentity, producer_config_for
+from ads_spark.protocol.records import PRODUCE_SCHEMA
+from ads_spark.spark.sink.options import check_input_schema, parse_sink_options, to_produce_rows
+from ads_spark.spark.sink.writer import AdsBatchWriter, AdsStreamWriter, WriteTaskIdentity, producer_config_for
 
 BASE = {"ads.bootstrap.servers": "127.0.0.1:9092"}
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from ads_spark.errors import InvalidPartitionsError
-from ads_spark.sink.partitioning import (
+from ads_spark.spark.sink.partitioning import (
     VECTOR_KEY_BYTES_MAX,
     assign_partitions,
     crc32_of_binary,
@@ -47,7 +47,7 @@ def test_grouping_keeps_row_order_within_a_partition():
 
 
 def test_chunk_bounds_keep_each_chunk_under_the_limit():
-    from ads_spark.sink.partitioning import chunk_bounds
+    from ads_spark.spark.sink.partitioning import chunk_bounds
 
     assert chunk_bounds(np.array([4, 4, 4, 4, 4]), 8) == [(0, 2), (2, 4), (4, 5)]
     assert chunk_bounds(np.array([20, 1, 1]), 8) == [(0, 1), (1, 3)]

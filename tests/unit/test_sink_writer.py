@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from ads_spark.errors import NotEnoughReplicasError, UnknownTopicOrPartitionError
-from ads_spark.sink import writer
-from ads_spark.sink.options import parse_sink_options
+from ads_spark.spark.sink import writer
+from ads_spark.spark.sink.options import parse_sink_options
 
 
 class FakeProducer:

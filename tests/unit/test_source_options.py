@@ -3,7 +3,7 @@
 import pytest
 
 from ads_spark.errors import InvalidConfigError
-from ads_spark.source.options import EARLIEST, LATEST, parse_source_options
+from ads_spark.spark.source.options import EARLIEST, LATEST, parse_source_options
 
 BASE = {"ads.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 

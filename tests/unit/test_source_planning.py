@@ -6,9 +6,9 @@ import pickle
 import pytest
 
 from ads_spark.errors import InvalidConfigError
-from ads_spark.source.offsets import PartitionState, SourceOffset, TopicState, earliest_of, latest_of
-from ads_spark.source.options import OffsetSpec
-from ads_spark.source.planning import (
+from ads_spark.spark.source.offsets import PartitionState, SourceOffset, TopicState, earliest_of, latest_of
+from ads_spark.spark.source.options import OffsetSpec
+from ads_spark.spark.source.planning import (
     AdmissionLimits,
     DataLossError,
     OffsetRange,

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from ads_spark.source import prefetch
-from ads_spark.source.prefetch import read_ahead
+from ads_spark.spark.source import prefetch
+from ads_spark.spark.source.prefetch import read_ahead
 
 
 def test_items_arrive_in_order():

@@ -6,10 +6,10 @@ import pyarrow as pa
 import pytest
 
 from ads_spark.errors import OffsetOutOfRangeError
-from ads_spark.records import RECORD_SCHEMA
-from ads_spark.source import reader
-from ads_spark.source.options import parse_source_options
-from ads_spark.source.planning import DataLossError, OffsetRange
+from ads_spark.protocol.records import RECORD_SCHEMA
+from ads_spark.spark.source import reader
+from ads_spark.spark.source.options import parse_source_options
+from ads_spark.spark.source.planning import DataLossError, OffsetRange
 
 
 class FakeLog:

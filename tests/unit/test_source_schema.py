@@ -7,11 +7,11 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from ads_spark.errors import InvalidConfigError
-from ads_spark.records import RECORD_SCHEMA
-from ads_spark.source import clients
-from ads_spark.source.options import parse_source_options
-from ads_spark.source.reader import AdsBatchReader, AdsStreamReader
-from ads_spark.source.schema import arrow_schema, check_user_schema, spark_schema, to_spark_batches
+from ads_spark.protocol.records import RECORD_SCHEMA
+from ads_spark.spark.source import clients
+from ads_spark.spark.source.options import parse_source_options
+from ads_spark.spark.source.reader import AdsBatchReader, AdsStreamReader
+from ads_spark.spark.source.schema import arrow_schema, check_user_schema, spark_schema, to_spark_batches
 
 
 def records(n=3, first_offset=40):

@@ -1,4 +1,4 @@
-"""The stream registry of broker/connections.py: counting, the two bounds, which connections are idle (time is
+"""The stream registry of broker/rpc/connections.py: counting, the two bounds, which connections are idle (time is
 an argument), and the socket sweep on a real local TCP connection."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ads_spark.broker import connections
-from ads_spark.broker.connections import StreamLimits, StreamRegistry, SweepPlan, SweepResult, parse_peer
+from ads_spark.broker.rpc import connections
+from ads_spark.broker.rpc.connections import StreamLimits, StreamRegistry, SweepPlan, SweepResult, parse_peer
 from ads_spark.errors import ErrorCode, NetworkExceptionError
 
 IDLE_MS = 1000

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from ads_spark.errors import InvariantViolation, StorageError
-from ads_spark.names import is_valid_topic_name, shown
+from ads_spark.protocol.names import is_valid_topic_name, shown
 
 log = logging.getLogger("ads.log")
 

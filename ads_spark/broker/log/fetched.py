@@ -16,7 +16,7 @@ import pyarrow.ipc as ipc
 
 from ads_spark.broker.log.segment import encode_batch_message
 from ads_spark.errors import CorruptMessageError
-from ads_spark.records import RECORD_SCHEMA, BatchHeader, message_crc
+from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, message_crc
 
 
 def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],

@@ -8,7 +8,7 @@ to) and each partition's ``partition.metadata`` (the topic id, so a log left
 over from a deleted topic is not mistaken for a new topic of the same name).
 
 Every path it builds from a topic name stays a direct child of ``log_dir``: the
-name must be a valid Kafka topic name (``ads_spark.names``) and the resolved
+name must be a valid Kafka topic name (``ads_spark.protocol.names``) and the resolved
 path must sit right under the resolved log directory, checked before anything
 is created or deleted. Requests are validated at the boundary too; this is the
 check that holds even if a bad name gets past it (issue #20: a topic
@@ -30,8 +30,8 @@ from ads_spark.broker.log.partition_log import PartitionLog
 from ads_spark.errors import (
     InconsistentTopicIdError, InvalidConfigError, InvalidRequestError, InvalidTopicError, StorageError,
 )
-from ads_spark.names import is_valid_topic_name, shown, validate_topic_name
-from ads_spark.records import now_ms as wall_clock_ms
+from ads_spark.protocol.names import is_valid_topic_name, shown, validate_topic_name
+from ads_spark.protocol.records import now_ms as wall_clock_ms
 
 log = logging.getLogger("ads.log")
 

@@ -41,7 +41,7 @@ from ads_spark.errors import (
     InvalidRequestError, InvariantViolation, OffsetOutOfRangeError,
     RecordTooLargeError, StorageError,
 )
-from ads_spark.records import (
+from ads_spark.protocol.records import (
     PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader, int64_column,
 )
 

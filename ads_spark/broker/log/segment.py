@@ -37,7 +37,7 @@ import pyarrow.ipc as ipc
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.index import IndexEntry, IndexInconsistent, SegmentIndex
 from ads_spark.errors import CorruptMessageError, StorageError
-from ads_spark.records import RECORD_SCHEMA, BatchHeader, message_crc, verify
+from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, message_crc, verify
 
 log = logging.getLogger("ads.log")
 

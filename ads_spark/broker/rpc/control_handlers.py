@@ -1,0 +1,161 @@
+"""Handlers for what the controller tells a broker: leader-and-isr, metadata, stop-replica.
+
+These arrive batched (one request per broker for many partitions) and carry the
+controller epoch; a request from an older controller epoch than one already
+obeyed is refused with STALE_CONTROLLER_EPOCH, so a deposed controller cannot
+move leadership. Per-partition outcomes are error codes in the response.
+
+Every body has passed its schema (``protocol/request_schemas.py``) at the
+boundary before it gets here, so the epoch a handler records is that of a
+well-formed request: a malformed one with a huge epoch once was answered with
+an internal error after its epoch was recorded, and the broker refused the
+real controller from then on.
+
+Request shapes (docs/DESIGN.md):
+  leader_and_isr: {"controller_id", "controller_epoch", "partitions": [{"topic", "partition",
+      "topic_id", "leader", "leader_epoch", "isr", "elr", "replicas", "observers",
+      "partition_epoch", "config": {topic overrides}}], "brokers": [{"id","host","port","rack"}]}
+  stop_replica: {"controller_epoch", "partitions": [{"topic", "partition", "delete": bool}]}
+  replica_log_ends: {"controller_epoch", "partitions": [{"topic", "partition", "topic_id", "config"}]}
+      -> {"partitions": [{"topic", "partition", "error_code", "last_epoch", "log_end_offset"}]}
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from ads_spark.protocol import wire
+from ads_spark.errors import AdsError, ErrorCode, StaleControllerEpochError, UnknownTopicOrPartitionError, error_for
+from ads_spark.broker.replica.fetcher import LeaderEndpoint
+from ads_spark.broker.replica.partition import PartitionRole
+from ads_spark.protocol.records import now_ms
+
+log = logging.getLogger("ads.broker.control")
+
+
+class ControlHandlers:
+    def __init__(self, broker):
+        self.broker = broker
+        self._epoch_lock = threading.Lock()
+        self._controller_epoch = -1
+
+    def _check_controller_epoch(self, body: dict[str, Any]) -> None:
+        epoch = wire.require(body, "controller_epoch", int, "controller request")
+        with self._epoch_lock:
+            if epoch < self._controller_epoch:
+                raise StaleControllerEpochError(
+                    f"request from controller epoch {epoch}; broker {self.broker.broker_id} already follows "
+                    f"epoch {self._controller_epoch}"
+                )
+            self._controller_epoch = epoch
+
+    def handle_leader_and_isr(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_controller_epoch(body)
+        brokers = {int(b["id"]): b for b in body.get("brokers", [])}
+        results = []
+        for entry in wire.require(body, "partitions", list, "leader_and_isr"):
+            item = {"topic": entry.get("topic"), "partition": entry.get("partition"), "error_code": 0}
+            try:
+                self._apply_one(entry, brokers)
+            except AdsError as exc:
+                item.update(error_code=int(exc.code), message=exc.message or str(exc))
+            results.append(item)
+        return {"error_code": 0, "partitions": results}
+
+    def _apply_one(self, entry: dict[str, Any], brokers: dict[int, dict]) -> None:
+        what = "leader_and_isr partition"
+        topic = wire.require(entry, "topic", str, what)
+        number = wire.require(entry, "partition", int, what)
+        role = PartitionRole(
+            leader_id=wire.require(entry, "leader", int, what),
+            leader_epoch=wire.require(entry, "leader_epoch", int, what),
+            partition_epoch=wire.optional(entry, "partition_epoch", int, -1, what),
+            isr=tuple(wire.require(entry, "isr", list, what)),
+            replicas=tuple(wire.require(entry, "replicas", list, what)),
+            observers=tuple(wire.optional(entry, "observers", list, [], what)),
+            elr=tuple(wire.optional(entry, "elr", list, [], what)),
+        )
+        me = self.broker.broker_id
+        if me not in role.replicas and me not in role.observers:
+            self._stop(topic, number, delete=True)
+            return
+        partition = self.broker.ensure_partition(topic, number, entry.get("topic_id") or "",
+                                                 entry.get("config") or {})
+        throttle = entry.get("throttle_bytes_per_s")
+        partition.throttle_bytes_per_s = int(throttle) if throttle else None
+        refused = partition.apply_leader_and_isr(role, now_ms())
+        if refused is not None and refused.error is not ErrorCode.NONE:
+            raise error_for(refused.error, f"{topic}-{number}: {refused.message}")
+        if role.leader_id == me or partition.fetch_request() is None:
+            self.broker.fetchers.unfollow(partition.key)
+        else:
+            leader = brokers.get(role.leader_id) or self._known_broker(role.leader_id)
+            if leader is None:
+                self.broker.fetchers.unfollow(partition.key)
+            else:
+                self.broker.fetchers.follow(
+                    partition, LeaderEndpoint(role.leader_id, str(leader["host"]), int(leader["port"]))
+                )
+        self.broker.replica_manager.notify_changed(partition.key)
+
+    def _known_broker(self, broker_id: int) -> dict | None:
+        if broker_id < 0:
+            return None
+        info = self.broker.metadata.broker(broker_id)
+        return info.to_json() if info else None
+
+    def handle_update_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_controller_epoch(body)
+        self.broker.metadata.apply_update(body)
+        for entry in body.get("partitions", []):
+            config = entry.get("config")
+            partition = self.broker.replica_manager.maybe_get(entry.get("topic"), entry.get("partition"))
+            if partition is not None and config is not None:
+                self.broker.apply_topic_config(partition, config)
+        return {"error_code": 0}
+
+    def handle_replica_log_ends(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Where this broker's replicas end, for the controller to pick the most complete one in an unclean
+        election (KIP-966's unclean recovery). A replica not loaded yet (the broker just started, and the
+        controller's leader_and_isr is still on its way) is opened from disk as leader_and_isr would."""
+        what = "replica_log_ends partition"
+        # Parsed whole before the epoch check, which records the epoch: a malformed request changes nothing.
+        asked = [(wire.require(entry, "topic", str, what), wire.require(entry, "partition", int, what),
+                  wire.optional(entry, "topic_id", str, "", what), wire.optional(entry, "config", dict, {}, what))
+                 for entry in wire.require(body, "partitions", list, "replica_log_ends")]
+        self._check_controller_epoch(body)
+        results = []
+        for topic, number, topic_id, config in asked:
+            item: dict[str, Any] = {"topic": topic, "partition": number, "error_code": 0}
+            try:
+                partition = self.broker.replica_manager.maybe_get(topic, number)
+                if partition is None and self.broker.logs.get(topic, number) is None:
+                    # No replica here, loaded or on disk: opening one would create a phantom partition (an
+                    # empty log nobody assigned here, which once poisoned this broker's checkpoints).
+                    raise UnknownTopicOrPartitionError(f"broker {self.broker.broker_id} holds no replica of "
+                                                       f"{topic}-{number}")
+                partition = partition or self.broker.ensure_partition(topic, number, topic_id, config)
+                state = partition.state  # one immutable value: the epoch and end offset agree
+                item.update(last_epoch=state.epochs.latest_epoch, log_end_offset=state.log_end_offset)
+            except AdsError as exc:
+                item.update(error_code=int(exc.code), message=exc.message or str(exc))
+            results.append(item)
+        return {"error_code": 0, "partitions": results}
+
+    def handle_stop_replica(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._check_controller_epoch(body)
+        results = []
+        for entry in wire.require(body, "partitions", list, "stop_replica"):
+            topic = wire.require(entry, "topic", str, "stop_replica")
+            number = wire.require(entry, "partition", int, "stop_replica")
+            self._stop(topic, number, delete=bool(entry.get("delete", False)))
+            results.append({"topic": topic, "partition": number, "error_code": 0})
+        return {"error_code": 0, "partitions": results}
+
+    def _stop(self, topic: str, number: int, delete: bool) -> None:
+        self.broker.fetchers.unfollow((topic, number))
+        removed = self.broker.replica_manager.remove(topic, number)
+        if removed is not None or delete:
+            self.broker.close_partition_log(topic, number, delete=delete)

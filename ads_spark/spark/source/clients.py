@@ -1,0 +1,183 @@
+"""Client objects per Python process, and the cluster look-ups the source plans from.
+
+Owns two things the readers and writers share:
+
+* A process-wide cache of ``Admin``/``Consumer``/``Producer`` keyed by kind and
+  client config. Spark reuses Python workers across tasks, and the streaming
+  source's planner process lives as long as the query; opening Flight
+  connections once per process instead of once per task keeps small
+  micro-batches cheap. Readers and writers keep only option values (they are
+  pickled to executors); they ask this module for a client inside ``read()`` /
+  ``write()``. A client that raised something unexpected is evicted so the next
+  task starts afresh.
+* ``take_snapshot`` and the timestamp / sample look-ups: the only I/O of
+  offset planning, turned into the plain values ``planning.py`` consumes.
+
+``ads_spark.client`` is imported lazily so that resolving the format name does
+not load Flight.
+"""
+
+from __future__ import annotations
+
+import time
+
+import threading
+from typing import Any, Callable, Mapping
+
+from ads_spark.errors import UnknownTopicOrPartitionError
+from ads_spark.spark.source.offsets import PartitionState, Snapshot, TopicPartitionKey, TopicState
+from ads_spark.spark.source.options import Subscription
+
+SAMPLE_RECORDS_MAX = 64  # records fetched per partition to estimate bytes per record
+SAMPLE_FETCH_BYTES_MAX = 1 << 20
+
+_clients: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _cache_key(kind: str, config: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return kind, tuple(sorted((str(k), str(v)) for k, v in config.items()))
+
+
+def _cached(kind: str, config: Mapping[str, Any], make: Callable[[dict], Any]) -> Any:
+    key = _cache_key(kind, config)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = make(dict(config))
+        return client
+
+
+def admin_for(config: Mapping[str, Any]):
+    from ads_spark.client import Admin
+    return _cached("admin", config, Admin)
+
+
+def consumer_for(config: Mapping[str, Any]):
+    from ads_spark.client import Consumer
+    return _cached("consumer", config, Consumer)
+
+
+def producer_for(config: Mapping[str, Any]):
+    from ads_spark.client import Producer
+    return _cached("producer", config, Producer)
+
+
+def connections_for(config: Mapping[str, Any]):
+    """Pooled broker connections and metadata, shared by the per-task producers of the sink."""
+    from ads_spark.protocol.connection import Connections
+    return _cached("connections", config, Connections)
+
+
+def evict(kind: str, config: Mapping[str, Any]) -> None:
+    """Drop (and close) a cached client after an unexpected failure."""
+    with _clients_lock:
+        client = _clients.pop(_cache_key(kind, config), None)
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # closing a broken client must not hide the original error
+            pass
+
+
+def cached_client_count() -> int:
+    return len(_clients)
+
+
+# ---- look-ups for planning ----------------------------------------------------------
+
+
+# A topic deleted between the listing and the look-ups of one snapshot is retried this often.
+SNAPSHOT_ATTEMPTS_MAX = 5
+
+
+def take_snapshot(admin, subscription: Subscription, *, require_existing: bool) -> Snapshot:
+    """Topic ids, log start offsets and high watermarks of every subscribed partition.
+
+    ``require_existing``: a batch query fails on a named topic/partition that does not
+    exist; a stream waits for it (it is simply absent from the snapshot). A stream
+    also tolerates a topic that vanishes (deleted, maybe being re-created) while the
+    snapshot is taken: it takes the snapshot again, and after
+    ``SNAPSHOT_ATTEMPTS_MAX`` tries raises the last error.
+    """
+    if require_existing:
+        return _take_snapshot_once(admin, subscription, require_existing=True)
+    for attempt in range(SNAPSHOT_ATTEMPTS_MAX):
+        try:
+            return _take_snapshot_once(admin, subscription, require_existing=False)
+        except UnknownTopicOrPartitionError:
+            if attempt == SNAPSHOT_ATTEMPTS_MAX - 1:
+                raise
+            time.sleep(SNAPSHOT_RETRY_BACKOFF_S * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+SNAPSHOT_RETRY_BACKOFF_S = 0.2
+
+
+def _take_snapshot_once(admin, subscription: Subscription, *, require_existing: bool) -> Snapshot:
+    from ads_spark.client import TopicPartition
+
+    existing = set(admin.list_topics())
+    topics = subscription.select_topics(sorted(existing))
+    absent = [t for t in topics if t not in existing]
+    if absent and require_existing:
+        raise UnknownTopicOrPartitionError(f"topic(s) {', '.join(absent)} do not exist")
+    topics = [t for t in topics if t in existing]
+    if not topics:
+        return {}
+    ids: dict[str, str] = {}
+    partitions: dict[str, list[int]] = {}
+    for description in admin.describe_topics(topics):
+        numbers = [int(p.partition) for p in description.partitions]
+        wanted = subscription.wanted_partitions(description.topic, numbers)
+        unknown = sorted(set(wanted) - set(numbers))
+        if unknown and require_existing:
+            raise UnknownTopicOrPartitionError(f"topic '{description.topic}' has no partition(s) "
+                                               f"{', '.join(map(str, unknown))} (it has {len(numbers)})")
+        ids[description.topic] = description.topic_id
+        partitions[description.topic] = [p for p in wanted if p in numbers]
+    tps = [TopicPartition(t, p) for t in sorted(partitions) for p in partitions[t]]
+    earliest = admin.list_offsets(tps, "earliest") if tps else {}
+    latest = admin.list_offsets(tps, "latest") if tps else {}
+    return {
+        t: TopicState(ids[t], {p: PartitionState(int(earliest[TopicPartition(t, p)]),
+                                                 int(latest[TopicPartition(t, p)])) for p in partitions[t]})
+        for t in sorted(partitions)
+    }
+
+
+def offsets_for_timestamps(admin, lookups: Mapping[int, list[TopicPartitionKey]]) -> dict[TopicPartitionKey, int]:
+    """First offset whose timestamp is >= the given ms (the HW when there is none)."""
+    from ads_spark.client import TopicPartition
+
+    found: dict[TopicPartitionKey, int] = {}
+    for timestamp_ms, keys in sorted(lookups.items()):
+        result = admin.list_offsets([TopicPartition(t, p) for t, p in keys], int(timestamp_ms))
+        found.update({(t, p): int(result[TopicPartition(t, p)]) for t, p in keys})
+    return found
+
+
+def log_start_offsets(admin, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+    from ads_spark.client import TopicPartition
+
+    if not keys:
+        return {}
+    result = admin.list_offsets([TopicPartition(t, p) for t, p in keys], "earliest")
+    return {(t, p): int(result[TopicPartition(t, p)]) for t, p in keys}
+
+
+def record_bytes_estimates(consumer, start: Mapping[TopicPartitionKey, int],
+                           end: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, float]:
+    """Bytes per record of each partition with a backlog, from a small sample at its start."""
+    from ads_spark.client import TopicPartition
+
+    estimates = {}
+    for (topic, p), first in sorted(start.items()):
+        last = min(end.get((topic, p), first), first + SAMPLE_RECORDS_MAX)
+        if last <= first:
+            continue
+        sample = consumer.fetch_arrow(TopicPartition(topic, p), first, last, max_bytes=SAMPLE_FETCH_BYTES_MAX)
+        if sample.num_rows:
+            estimates[(topic, p)] = sample.nbytes / sample.num_rows
+    return estimates

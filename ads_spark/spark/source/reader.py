@@ -1,0 +1,275 @@
+"""The readers of the "ads" source: the I/O shell around ``planning.py``.
+
+Owns what happens on the driver (look at the cluster, ask ``planning`` for
+offsets and ranges) and on executors (fetch one offset range as Arrow and hand it
+to Spark as record batches of the Kafka schema, never row by row, with the next
+fetch already running on a read-ahead thread: ``prefetch.py``).
+
+Readers are pickled to executors, so they hold only the parsed options and small
+plain values; clients come from ``clients.py`` inside ``read()`` and the planner
+methods. The streaming reader's planner instance lives in one Python process for
+the whole query, which is where its trigger clock and AvailableNow target live.
+
+Data loss at read time (offsets removed by retention after planning, a topic
+re-created, records planned but no longer below the HW) follows failOnDataLoss
+exactly as planning does: an error naming the option, or a warning and the
+earliest offsets still available.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from ads_spark.errors import AdsError, OffsetOutOfRangeError
+from ads_spark.protocol.records import now_ms
+from ads_spark.spark.source import clients
+from ads_spark.spark.source.offsets import SourceOffset, latest_of
+from ads_spark.spark.source.options import SourceOptions
+from ads_spark.spark.source.planning import (
+    AdmissionLimits,
+    DataLoss,
+    OffsetRange,
+    initial_offset,
+    next_end,
+    partitions_without_start,
+    plan_batch,
+    plan_ranges,
+    raise_or_warn,
+    split_ranges,
+    timestamp_lookups,
+)
+from ads_spark.spark.source.prefetch import read_ahead
+from ads_spark.spark.source.schema import to_spark_batches
+
+log = logging.getLogger("ads.spark.source")
+
+READ_STEP_RECORDS_INITIAL = 4096  # first sub-range of a task; later ones aim at READ_STEP_BYTES_TARGET
+READ_STEP_RECORDS_MAX = 1 << 20
+READ_STEP_BYTES_TARGET = 8 << 20
+FETCH_BYTES_MAX = 8 << 20  # per fetch request
+# A new leader's HW may lag behind the planned end until its followers fetch again (KIP-207), and
+# until an ISR member that died with the old leader is dropped: replica.lag.time.max.ms (30 s by
+# default) after a ZooKeeper session timeout and an election. Only after that is an empty read taken
+# for lost data; Spark's Kafka source waits kafkaConsumer.pollTimeoutMs (120 s by default) alike.
+EMPTY_FETCH_WAIT_S_MAX = 120.0
+EMPTY_FETCH_BACKOFF_S = 0.2
+
+
+# ---- executor side: one offset range -> Arrow batches ------------------------------
+
+
+def read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Records [start, end) of one partition as Spark-schema batches, in bounded steps."""
+    config = options.client_config
+    try:
+        yield from _read_range(options, r)
+    except AdsError:
+        raise
+    except Exception:
+        clients.evict("consumer", config)
+        clients.evict("admin", config)
+        raise
+
+
+def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    from ads_spark.client import TopicPartition
+
+    consumer, admin = clients.consumer_for(options.client_config), clients.admin_for(options.client_config)
+    tp = TopicPartition(r.topic, r.partition)
+    if not _same_incarnation(admin, r, options.fail_on_data_loss):
+        return
+    position, step_records, empty_since = r.start_offset_inclusive, READ_STEP_RECORDS_INITIAL, None
+    while position < r.end_offset_exclusive:
+        upper = min(r.end_offset_exclusive, position + step_records)
+        try:
+            table = consumer.fetch_arrow(tp, position, upper, max_bytes=FETCH_BYTES_MAX)
+        except OffsetOutOfRangeError:
+            position = _skip_to_log_start(admin, r, position, options.fail_on_data_loss)
+            continue
+        if table.num_rows == 0:
+            empty_since = empty_since or time.monotonic()
+            if time.monotonic() - empty_since <= EMPTY_FETCH_WAIT_S_MAX:
+                time.sleep(EMPTY_FETCH_BACKOFF_S)
+                continue
+            raise_or_warn([DataLoss(r.topic, r.partition, f"offsets {position}..{r.end_offset_exclusive - 1} "
+                                                          f"were planned but are no longer below the high "
+                                                          f"watermark (log truncated?)")],
+                          options.fail_on_data_loss)
+            return
+        empty_since = None
+        yield from to_spark_batches(table, r.topic, r.partition, options.include_headers)
+        position = int(table.column("offset")[-1].as_py()) + 1
+        bytes_per_record = max(1.0, table.nbytes / table.num_rows)
+        step_records = int(min(READ_STEP_RECORDS_MAX, max(1, READ_STEP_BYTES_TARGET // bytes_per_record)))
+
+
+def _same_incarnation(admin, r: OffsetRange, fail_on_data_loss: bool) -> bool:
+    if not r.topic_id:
+        return True
+    current = {d.topic: d.topic_id for d in admin.describe_topics([r.topic])}.get(r.topic)
+    if current == r.topic_id:
+        return True
+    raise_or_warn([DataLoss(r.topic, None, f"the topic was re-created (incarnation {r.topic_id} -> {current}) "
+                                           f"after offsets {r.start_offset_inclusive}..{r.end_offset_exclusive - 1} "
+                                           f"were planned")], fail_on_data_loss)
+    return False
+
+
+def _skip_to_log_start(admin, r: OffsetRange, position: int, fail_on_data_loss: bool) -> int:
+    from ads_spark.client import TopicPartition
+
+    tp = TopicPartition(r.topic, r.partition)
+    log_start = int(admin.list_offsets([tp], "earliest")[tp])
+    if log_start <= position:
+        raise OffsetOutOfRangeError(f"{r.topic}-{r.partition}: offset {position} is out of range although the "
+                                    f"log starts at {log_start}")
+    raise_or_warn([DataLoss(r.topic, r.partition, f"offsets {position}..{log_start - 1} were removed by retention "
+                                                  f"before they were read")], fail_on_data_loss)
+    return log_start
+
+
+def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, OffsetRange):  # Spark's placeholder when there is nothing to read
+        return iter(())
+    return read_ahead(lambda: read_range(options, partition))
+
+
+# ---- batch --------------------------------------------------------------------------
+
+
+class AdsBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def partitions(self) -> list[OffsetRange]:
+        o = self.options
+        admin = clients.admin_for(o.client_config)
+        snapshot = clients.take_snapshot(admin, o.subscription, require_existing=True)
+        start_ts = clients.offsets_for_timestamps(admin, timestamp_lookups(o.starting, snapshot))
+        end_ts = clients.offsets_for_timestamps(admin, timestamp_lookups(o.ending, snapshot))
+        ranges = plan_batch(o.starting, o.ending, snapshot, start_ts, end_ts, o.fail_on_data_loss)
+        return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.options, partition)
+
+
+# ---- streaming ----------------------------------------------------------------------
+
+
+class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        # Planner-process state (never needed on executors, harmless when pickled):
+        self._last_trigger_ms: int | None = None  # when the last non-empty batch was admitted
+        self._available_now_target: dict | None = None  # offsets JSON seen at AvailableNow start
+        self._latest_seen: dict | None = None  # HWs of the last snapshot, for reportLatestOffset
+
+    def _snapshot(self):
+        admin = clients.admin_for(self.options.client_config)
+        return admin, clients.take_snapshot(admin, self.options.subscription, require_existing=False)
+
+    def initialOffset(self) -> dict:
+        admin, snapshot = self._snapshot()
+        ts_offsets = clients.offsets_for_timestamps(admin, timestamp_lookups(self.options.starting, snapshot))
+        return initial_offset(self.options.starting, snapshot, ts_offsets,
+                              self.options.fail_on_data_loss).to_json_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.options
+        if o.max_offsets_per_trigger is not None:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        if o.min_offsets_per_trigger is not None:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def admission_limits(self, limit: ReadLimit) -> AdmissionLimits | None:
+        """All option limits apply together unless Spark asks for everything (Trigger.Once)."""
+        if isinstance(limit, ReadAllAvailable):
+            return None
+        o = self.options
+        max_rows, max_bytes, min_rows = o.max_offsets_per_trigger, o.max_bytes_per_trigger, o.min_offsets_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            max_rows = min(limit.max_rows, max_rows or limit.max_rows)
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = min(limit.max_bytes, max_bytes or limit.max_bytes)
+        elif isinstance(limit, ReadMinRows):
+            min_rows = limit.min_rows
+        return AdmissionLimits(max_rows, min_rows, o.max_trigger_delay_ms, max_bytes)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        admin, snapshot = self._snapshot()
+        now = now_ms()
+        if self._last_trigger_ms is None:
+            self._last_trigger_ms = now
+        limits = self.admission_limits(limit)
+        start_offset = SourceOffset.from_json_dict(start)
+        record_bytes = {}
+        if limits is not None and limits.max_bytes is not None:
+            consumer = clients.consumer_for(self.options.client_config)
+            hws = latest_of(snapshot).offsets
+            record_bytes = clients.record_bytes_estimates(consumer, start_offset.offsets, hws)
+        target = SourceOffset.from_json_dict(self._available_now_target) if self._available_now_target else None
+        end = next_end(start_offset, snapshot, limits, now_ms=now, last_trigger_ms=self._last_trigger_ms,
+                       record_bytes=record_bytes, target=target,
+                       fail_on_data_loss=self.options.fail_on_data_loss).to_json_dict()
+        if end != start:
+            self._last_trigger_ms = now
+        self._latest_seen = latest_of(snapshot).to_json_dict()
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        """The high watermarks seen by the last latestOffset call (no extra request)."""
+        return self._latest_seen
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        _, snapshot = self._snapshot()
+        self._available_now_target = latest_of(snapshot).to_json_dict()
+
+    def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
+        start_offset, end_offset = SourceOffset.from_json_dict(start), SourceOffset.from_json_dict(end)
+        missing = partitions_without_start(start_offset, end_offset)
+        new_starts = {}
+        if missing:
+            new_starts = clients.log_start_offsets(clients.admin_for(self.options.client_config), missing)
+        ranges = plan_ranges(start_offset, end_offset, new_starts)
+        return split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Offsets live in Spark's checkpoint; nothing is committed to the brokers."""
+
+
+class RejectedStreamReader(DataSourceStreamReader):
+    """Stands in for a stream reader whose options were rejected, and raises that error on first use.
+
+    pyspark 4.3's streaming source runner hides any exception raised while the reader is
+    created behind an UnboundLocalError of its own (its ``finally: reader.stop()``), so the
+    user would not see which option is wrong. Raising from ``initialOffset`` instead shows
+    our message as the query's error.
+    """
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def _fail(self, *_args, **_kwargs):
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = _fail
