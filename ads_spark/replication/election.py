@@ -32,12 +32,6 @@ from ads_spark.errors import ErrorCode
 from ads_spark.replication.isr import next_elr
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
 
-# Test-only switch for the simulation's mutation tests: "any_replica" elects the
-# first live replica whether or not it is in sync; "ignore_restarted" takes no ISR
-# member for restarted since the ISR was written (planted bugs).
-MUTATION: str | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class PartitionView:
     """What the controller knows of one partition: assignment, znode and the configs it decides with."""
@@ -83,6 +77,15 @@ def most_complete_replica(view: PartitionView, candidates: frozenset[int], log_e
     return max(reported, key=lambda r: (log_ends[r], -view.replicas.index(r)))
 
 
+def clean_candidates(view: PartitionView, available: frozenset[int], ineligible: frozenset[int]) -> tuple[int, ...]:
+    """The replicas a clean election may pick, best first: the ``available`` ISR members, then the
+    ``available`` ELR members, each in replica order (so the preferred replica first), none ``ineligible``.
+
+    Only these hold every committed record; any other leader may lose some (an unclean election)."""
+    return tuple(r for pool in (view.state.isr, view.state.elr) for r in view.replicas
+                 if r in pool and r in available and r not in ineligible)
+
+
 def choose_leader(view: PartitionView, live: frozenset[int], ineligible: frozenset[int] = frozenset(),
                   exclude: frozenset[int] = frozenset(), log_ends: Mapping[int, LogEnd] | None = None) -> Choice:
     """Pick the leader by the order in the module docstring (``exclude``: e.g. a broker shutting down).
@@ -90,14 +93,9 @@ def choose_leader(view: PartitionView, live: frozenset[int], ineligible: frozens
     ``log_ends``: the log ends the live replicas reported, for an unclean election to pick the most
     complete one; without them (or with none reported) it goes in replica order."""
     ok = live - exclude - set(view.observers)
-    if MUTATION == "any_replica":
-        for r in view.replicas:
-            if r in ok:
-                return Choice(r, False)
-    for pool in (view.state.isr, view.state.elr):
-        for r in view.replicas:
-            if r in pool and r in ok and r not in ineligible:
-                return Choice(r, False)
+    clean = clean_candidates(view, ok, ineligible)
+    if clean:
+        return Choice(clean[0], False)
     if view.unclean_leader_election_enable:
         best = most_complete_replica(view, ok, log_ends or {})
         if best != NO_LEADER:
@@ -135,8 +133,6 @@ def restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]
     not go to the ELR, and a pass over broker changes writes the ISR without it; its leader removes it
     as well once its fetches show the new epoch. A member without a recorded epoch is not checked.
     """
-    if MUTATION == "ignore_restarted":
-        return frozenset()
     cur = view.state
     # Never the leader: a leader that restarted is a failed broker, and the partition gets a new leader.
     return frozenset(member for member, recorded in cur.isr_broker_epochs

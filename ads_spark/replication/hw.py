@@ -31,25 +31,27 @@ from typing import Mapping
 
 from ads_spark.replication.state import UNKNOWN_OFFSET, FollowerProgress, PartitionState, Role
 
-# Test-only switch for the simulation's mutation tests: "max" computes the
-# candidate as the max over the ISR instead of the min (a planted bug).
-MUTATION: str | None = None
-
-
-def candidate_high_watermark(leader_id: int, leader_log_end_offset: int, isr: frozenset[int],
-                             progress: Mapping[int, FollowerProgress]) -> int:
-    """Smallest LEO over ``isr`` (leader included); UNKNOWN_OFFSET if a member's LEO is unknown."""
+def isr_log_ends(leader_id: int, leader_log_end_offset: int, isr: frozenset[int],
+                 progress: Mapping[int, FollowerProgress]) -> list[int] | None:
+    """The LEO of every member of ``isr``, the leader's first; None if a follower's LEO is unknown
+    (no fetch yet in this leader epoch), which holds the HW where it is."""
     ends = [leader_log_end_offset]
     for replica in isr:
         if replica == leader_id:
             continue
         prog = progress.get(replica)
         if prog is None or prog.log_end_offset == UNKNOWN_OFFSET:
-            return UNKNOWN_OFFSET
+            return None
         ends.append(prog.log_end_offset)
-    if MUTATION == "max":
-        return max(ends)
-    return min(ends)
+    return ends
+
+
+def candidate_high_watermark(leader_id: int, leader_log_end_offset: int, isr: frozenset[int],
+                             progress: Mapping[int, FollowerProgress]) -> int:
+    """Smallest LEO over ``isr`` (leader included): every member holds every offset below it.
+    UNKNOWN_OFFSET if a member's LEO is unknown."""
+    ends = isr_log_ends(leader_id, leader_log_end_offset, isr, progress)
+    return UNKNOWN_OFFSET if ends is None else min(ends)
 
 
 def may_advance(state: PartitionState) -> bool:

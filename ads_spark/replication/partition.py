@@ -151,8 +151,9 @@ def _on_leader_and_isr(state: PartitionState, event: BecomeLeader | BecomeFollow
     else:
         new, done = roles.become_follower(state, lai, event.replicas, event.observers)
     effects: list[Effect] = _completions(done)
-    if TRUNCATION_MUTATION == "hw" and new.role is Role.FOLLOWER:
-        new, truncated = _truncate_to(new, new.high_watermark)  # the pre-KIP-101 behaviour
+    target = truncation_on_becoming_follower(new) if new.role is Role.FOLLOWER else None
+    if target is not None:
+        new, truncated = _truncate_to(new, target)
         effects.extend(truncated)
     if new.epochs != state.epochs:
         effects.append(EpochCacheChanged(tuple(new.epochs.as_pairs())))
@@ -290,8 +291,7 @@ def _on_fetch_response(state: PartitionState, event: FetchResponse):
         # reported to the leader, which counted them towards the HW (simulation seed 203695).
         return state, []
     if event.diverging_epoch is not None:
-        return _truncate_to(state, epochs.truncation_target(state.epochs, state.log_end_offset,
-                                                            event.diverging_epoch))
+        return _truncate_to(state, truncation_on_divergence(state, event.diverging_epoch))
     if event.log_start_offset > state.log_end_offset:
         new = evolve(state, log_start_offset=event.log_start_offset, log_end_offset=event.log_start_offset,
                      high_watermark=event.log_start_offset, epochs=epochs.EpochCache(),
@@ -324,15 +324,24 @@ def _append_fetched(state: PartitionState, event: FetchResponse) -> PartitionSta
     return evolve(state, log_end_offset=leo, epochs=cache, producers=producers)
 
 
-# Test-only switch for the simulation's mutation tests: "hw" truncates a new or
-# diverged follower to its own (possibly stale) HW instead of the epoch divergence
-# point: the pre-KIP-101 bug.
-TRUNCATION_MUTATION: str | None = None
+def truncation_on_becoming_follower(state: PartitionState) -> int | None:
+    """Where a replica that just became a follower cuts its log: nowhere (None).
+
+    KIP-101: it keeps its log and cuts only where its fetches find it diverging from the leader's
+    (``truncation_on_divergence``). Cutting to its own HW, as before KIP-101, may drop committed
+    records: a follower's HW lags the leader's, so records the leader counted as committed may sit
+    above it."""
+    return None
+
+
+def truncation_on_divergence(state: PartitionState, diverging_epoch: tuple[int, int]) -> int:
+    """Where a follower cuts its log when the leader answers a fetch with ``diverging_epoch`` (the
+    leader's (epoch, end offset) for the follower's last epoch): the end of the prefix both logs
+    share, never the follower's HW (which may be stale, see ``truncation_on_becoming_follower``)."""
+    return epochs.truncation_target(state.epochs, state.log_end_offset, diverging_epoch)
 
 
 def _truncate_to(state: PartitionState, target: int):
-    if TRUNCATION_MUTATION == "hw":
-        target = state.high_watermark
     if target >= state.log_end_offset:
         # Nothing to cut from the log, but an epoch this replica started without writing a record
         # (it led briefly) may sit at the target; keeping it would make every later fetch diverge

@@ -9,10 +9,13 @@ from __future__ import annotations
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import Callable, Iterator
 
 from ads_spark.errors import ErrorCode
 from ads_spark.replication import election, hw
 from ads_spark.replication import partition as core
+from ads_spark.replication.state import UNKNOWN_OFFSET
 
 from tests.sim.checker import Checker
 from tests.sim.cluster import Cluster, SimConfig
@@ -116,18 +119,72 @@ def consume(cluster: Cluster, rng: random.Random, p: int, follower: bool) -> Non
         cluster.checker.on_consume(b, p, 0, end)
 
 
+# Planted bugs: each replaces pure functions of the core, which it looks up in its module at call time,
+# by mutants that return the wrong thing.
+
+def _max_isr_log_end(leader_id, leader_log_end_offset, isr, progress) -> int:
+    """hw_max: the HW candidate as the largest LEO over the ISR instead of the smallest."""
+    ends = hw.isr_log_ends(leader_id, leader_log_end_offset, isr, progress)
+    return UNKNOWN_OFFSET if ends is None else max(ends)
+
+
+def _own_high_watermark(state, *_) -> int:
+    """truncate_to_hw: a new or diverged follower cuts its log to its own, maybe stale, HW (pre-KIP-101)."""
+    return state.high_watermark
+
+
+def _any_available_replica(view, available, ineligible) -> tuple[int, ...]:
+    """elect_any_replica: every available replica is a clean candidate, in sync or not, eligible or not."""
+    return tuple(r for r in view.replicas if r in available)
+
+
+def _no_restarted_members(view, live_broker_epochs) -> frozenset[int]:
+    """ignore_restarted_members: no ISR member is taken for restarted since the ISR was written."""
+    return frozenset()
+
+
+MUTANTS: dict[str, tuple[tuple[ModuleType, str, Callable], ...]] = {
+    "hw_max": ((hw, "candidate_high_watermark", _max_isr_log_end),),
+    "truncate_to_hw": ((core, "truncation_on_becoming_follower", _own_high_watermark),
+                       (core, "truncation_on_divergence", _own_high_watermark)),
+    "elect_any_replica": ((election, "clean_candidates", _any_available_replica),),
+    "ignore_restarted_members": ((election, "restarted_members", _no_restarted_members),),
+}
+PATCH_POINTS: tuple[tuple[ModuleType, str], ...] = tuple(
+    dict.fromkeys((module, attr) for planted in MUTANTS.values() for module, attr, _ in planted))
+
+Saved = dict[tuple[ModuleType, str], Callable]
+
+
+def patched_functions() -> Saved:
+    """The functions now at every patch point: what ``restore`` puts back."""
+    return {(module, attr): getattr(module, attr) for module, attr in PATCH_POINTS}
+
+
+def plant(name: str) -> None:
+    """Replace the functions of mutation ``name`` by its mutants, until the enclosing ``mutation`` exits
+    (or ``restore``). Callable mid-run, e.g. from a checker hook, to plant a bug at a given event."""
+    for module, attr, mutant in MUTANTS[name]:
+        setattr(module, attr, mutant)
+
+
+def restore(saved: Saved) -> None:
+    """Put back the functions ``patched_functions`` returned."""
+    for (module, attr), function in saved.items():
+        setattr(module, attr, function)
+
+
 @contextmanager
-def mutation(name: str | None):
-    """Plant a known bug in the core (test-only switches), restored afterwards."""
-    saved = (hw.MUTATION, core.TRUNCATION_MUTATION, election.MUTATION)
-    hw.MUTATION = "max" if name == "hw_max" else None
-    core.TRUNCATION_MUTATION = "hw" if name == "truncate_to_hw" else None
-    election.MUTATION = {"elect_any_replica": "any_replica",
-                         "ignore_restarted_members": "ignore_restarted"}.get(name or "")
+def mutation(name: str | None) -> Iterator[None]:
+    """Plant the known bug ``name`` (none for None) in the core; on exit, even on error, every patch point
+    gets back the function it had on entry, also for bugs ``plant``ed inside."""
+    saved = patched_functions()
     try:
+        if name:
+            plant(name)
         yield
     finally:
-        hw.MUTATION, core.TRUNCATION_MUTATION, election.MUTATION = saved
+        restore(saved)
 
 
 UNCLEAN_SEED_MODULUS, UNCLEAN_SEED_REMAINDER = 8, 3  # no regression seed is 3 mod 8

@@ -9,7 +9,6 @@ import re
 
 import pytest
 
-from ads_spark.replication import hw
 from tests.sim import runner
 from tests.sim.checker import Checker
 from tests.sim.runner import mutation, run_schedule
@@ -27,11 +26,20 @@ def test_sim_finds_planted_bug(mutation):
     pytest.fail(f"mutation {mutation} survived {SEEDS_MAX} seeds: the checker is too weak")
 
 
-def test_mutation_switches_are_restored():
-    from ads_spark.replication import election, hw
-    from ads_spark.replication import partition as core
+def test_mutations_are_undone():
+    """After ``mutation`` exits, normally, on an error, or with a bug planted inside it, every patched
+    function is the original again."""
+    originals = runner.patched_functions()
     run_schedule(0, steps=5, mutation_name="hw_max")
-    assert hw.MUTATION is None and core.TRUNCATION_MUTATION is None and election.MUTATION is None
+    assert runner.patched_functions() == originals
+    for name, planted in runner.MUTANTS.items():
+        with pytest.raises(RuntimeError), mutation(name):
+            assert all(getattr(module, attr) is mutant for module, attr, mutant in planted)
+            raise RuntimeError
+        assert runner.patched_functions() == originals, name
+    with mutation(None):
+        runner.plant("elect_any_replica")
+    assert runner.patched_functions() == originals
 
 
 def test_sim_sees_a_restarted_member_the_controller_could_elect():
@@ -49,7 +57,7 @@ class _BugAfterUncleanElection(Checker):
     def on_election(self, decision) -> None:
         super().on_election(decision)
         if decision.unclean:
-            hw.MUTATION = "max"
+            runner.plant("hw_max")  # undone when run_schedule's mutation context exits
 
 
 def test_sim_checks_the_history_after_an_unclean_election(monkeypatch):
@@ -70,7 +78,7 @@ def test_sim_checks_the_history_after_an_unclean_election(monkeypatch):
     monkeypatch.setattr(runner, "Checker", _BugAfterUncleanElection)
     caught = []
     for seed in unclean_seeds:
-        with mutation(None):  # restores hw.MUTATION after each schedule
+        with mutation(None):  # undoes the planted hw_max after each schedule
             checker, _ = run_schedule(seed)
         found = re.search(r'": p(\d+) ', checker.violations[0]) if checker.violations else None
         if found and int(found.group(1)) in checker.unclean_epoch:  # in a partition the old checker gave up on
