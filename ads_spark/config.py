@@ -118,6 +118,20 @@ TOPIC_DEFAULT_FROM_BROKER = {
 }
 
 
+def parse_bool(value: Any, *, name: str) -> bool:
+    """``value`` as a boolean: a bool, or "true"/"false" in any case with surrounding blanks ignored.
+
+    The one parser of boolean settings (broker, topic, client and Spark options); anything else raises
+    ``InvalidConfigError`` naming the setting, instead of quietly counting as false.
+    """
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be true or false")
+
+
 def parse_value(key: ConfigKey, raw: Any) -> Any:
     """Convert ``raw`` (usually a string) to the key's type, raising InvalidConfigError naming the key."""
     if raw is None:
@@ -132,12 +146,7 @@ def parse_value(key: ConfigKey, raw: Any) -> Any:
                 raise ValueError(f"must be <= {key.max_value}")
             return value
         if key.kind == "bool":
-            if isinstance(text, bool):
-                return text
-            lowered = str(text).lower()
-            if lowered not in ("true", "false"):
-                raise ValueError("must be true or false")
-            return lowered == "true"
+            return parse_bool(raw, name=key.name)
         if key.kind == "enum":
             if text not in key.choices:
                 raise ValueError(f"must be one of {', '.join(key.choices)}")

@@ -25,7 +25,9 @@ import threading
 import time
 from pathlib import Path
 
+from ads_spark.chaos import hosted
 from ads_spark.chaos.checker import FAILED, OK, UNKNOWN, Attempt, NemesisWindow, check
+from ads_spark.chaos.hosts import missing_requirements
 from ads_spark.client import Admin, Consumer, Producer, TopicPartition
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections
@@ -182,9 +184,6 @@ def run(scenario: str, duration_s: float, seed: int, out: Path, state_dir: Path 
     """One run of ``scenario``; writes ``out``/report.json and report.png and returns the report."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    from ads_spark.chaos import hosted
-    from ads_spark.chaos.hosts import missing_requirements
-
     if scenario in HOSTED_SCENARIOS and not (scenario == "mixed" and missing_requirements()):
         return hosted.run_on_hosts(scenario, duration_s, seed, out)
     out.mkdir(parents=True, exist_ok=True)

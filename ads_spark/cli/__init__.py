@@ -1,0 +1,1 @@
+"""The ``ads`` command line: ``main.py`` builds the parser, one ``*_cmd`` module per command family."""

@@ -5,6 +5,9 @@ data), pid files and ``cluster.json`` with the addresses. ``up`` on an existing
 dir restarts whatever is not running and keeps data and ports; ``down`` stops
 only the processes whose pid files it wrote, brokers first (controlled), then
 ZooKeeper.
+
+The client (``ads_spark.client``) is imported inside the commands that use it: a broker starts
+from this parser and must not load the producer or consumer (``tests/unit/test_import_graph.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ads_spark.cli.common import DEFAULT_STATE_DIR, print_json
-from ads_spark.client import Admin
 from ads_spark.cluster import LocalCluster
 
 
@@ -44,6 +46,8 @@ def cluster_up(args) -> int:
 
 
 def cluster_status(args) -> int:
+    from ads_spark.client import Admin
+
     cluster = LocalCluster(Path(args.dir))
     status = cluster.status()
     try:

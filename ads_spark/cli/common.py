@@ -1,4 +1,9 @@
-"""Helpers shared by the CLI commands: finding the cluster to talk to, printing JSON."""
+"""Helpers shared by the CLI commands: finding the cluster to talk to, opening an admin client, printing JSON.
+
+Nothing here imports the client at module level: every command module imports this one, and a broker
+starts from the same parser (``ads server``), so the client is loaded only when a command that needs it
+runs (``tests/unit/test_import_graph.py`` holds the broker to that).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +41,13 @@ def bootstrap_servers(args) -> str:
 
 def client_config(args, **extra) -> dict:
     return {"bootstrap.servers": bootstrap_servers(args), **extra}
+
+
+def open_admin(args, **extra):
+    """An ``Admin`` for the cluster the command's arguments name (the client is imported here, on use)."""
+    from ads_spark.client import Admin
+
+    return Admin(client_config(args, **extra))
 
 
 def print_json(value) -> None:

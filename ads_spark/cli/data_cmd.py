@@ -1,4 +1,8 @@
-"""``ads produce``, ``ads consume``, ``ads offsets``: records in and out from a terminal."""
+"""``ads produce``, ``ads consume``, ``ads offsets``: records in and out from a terminal.
+
+The client (``ads_spark.client``) is imported inside the commands that use it: a broker starts
+from this parser and must not load the producer or consumer (``tests/unit/test_import_graph.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import sys
 import time
 
 from ads_spark.cli.common import add_bootstrap, client_config, print_json
-from ads_spark.client import Admin, Consumer, Producer, TopicPartition
 from ads_spark.errors import AdsError, InvalidRequestError
 
 
@@ -41,6 +44,8 @@ def register(commands) -> None:
 
 
 def produce_lines(args) -> int:
+    from ads_spark.client import Producer
+
     producer = Producer(client_config(args, acks=args.acks, **{"delivery.timeout.ms": args.timeout_ms}))
     futures = []
     try:
@@ -68,7 +73,7 @@ def produce_lines(args) -> int:
     return 0
 
 
-def _partitions(admin: Admin, topic: str, partition: int | None) -> list[int]:
+def _partitions(admin, topic: str, partition: int | None) -> list[int]:
     description = admin.describe_topics([topic])[0]
     numbers = [p.partition for p in description.partitions]
     if partition is not None:
@@ -90,6 +95,8 @@ def _start_offset(args) -> int:
 
 
 def consume_records(args) -> int:
+    from ads_spark.client import Admin, Consumer, TopicPartition
+
     config = client_config(args)
     admin = Admin(config)
     consumer = Consumer(config)
@@ -125,6 +132,8 @@ def consume_records(args) -> int:
 
 
 def show_offsets(args) -> int:
+    from ads_spark.client import Admin, Consumer, TopicPartition
+
     config = client_config(args)
     admin = Admin(config)
     consumer = Consumer(config)

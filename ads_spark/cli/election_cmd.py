@@ -5,12 +5,14 @@ is alive and in sync; ``unclean`` gives a leaderless partition any live replica
 (committed records it lacks are lost, and the controller counts the election).
 Per-partition outcomes are printed; the exit is non-zero if any partition failed
 for a reason other than "election not needed".
+
+The client (``ads_spark.client``) is imported inside the commands that use it: a broker starts
+from this parser and must not load the producer or consumer (``tests/unit/test_import_graph.py``).
 """
 
 from __future__ import annotations
 
 from ads_spark.cli.common import add_bootstrap, client_config, print_json
-from ads_spark.client import Admin, TopicPartition
 from ads_spark.errors import ErrorCode, InvalidRequestError
 
 
@@ -26,6 +28,8 @@ def register(commands) -> None:
 
 
 def leader_election(args) -> int:
+    from ads_spark.client import Admin, TopicPartition
+
     if args.all_topic_partitions == (args.topic is not None):
         raise InvalidRequestError("give either --topic T --partition P or --all-topic-partitions")
     if args.topic is not None and args.partition is None:

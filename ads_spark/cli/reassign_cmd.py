@@ -6,6 +6,8 @@ ones) and shows progress until it is done or ``--timeout-s`` passes;
 ``--throttle`` bounds the catch-up traffic of replicas outside the ISR only, so
 it can never shrink an ISR. ``--verify`` reports each partition and exits 1
 while any is still moving.
+
+The admin client comes from ``common.open_admin``, which imports it only when a command runs.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from ads_spark.cli.common import add_bootstrap, client_config
-from ads_spark.client import Admin
+from ads_spark.cli.common import add_bootstrap, open_admin
 from ads_spark.errors import InvalidRequestError
 
 PROGRESS_INTERVAL_S = 1.0
@@ -45,7 +46,7 @@ def _plan(path: str) -> list[dict]:
                                   f"({exc})") from None
 
 
-def _status(admin: Admin, plan: list[dict]) -> list[tuple[dict, bool, str]]:
+def _status(admin, plan: list[dict]) -> list[tuple[dict, bool, str]]:
     topics = {d.topic: {p.partition: p for p in d.partitions}
               for d in admin.describe_topics(sorted({p["topic"] for p in plan}))}
     out = []
@@ -61,7 +62,7 @@ def _status(admin: Admin, plan: list[dict]) -> list[tuple[dict, bool, str]]:
 
 def reassign_partitions(args) -> int:
     plan = _plan(args.reassignment_json_file)
-    admin = Admin(client_config(args))
+    admin = open_admin(args)
     try:
         if args.execute:
             body = {"version": 1, "partitions": plan}

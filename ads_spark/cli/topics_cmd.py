@@ -1,11 +1,13 @@
-"""``ads topics``, ``ads configs``: topic administration with Kafka's tool syntax and output."""
+"""``ads topics``, ``ads configs``: topic administration with Kafka's tool syntax and output.
+
+The admin client comes from ``common.open_admin``, which imports it only when a command runs.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from ads_spark.cli.common import add_bootstrap, client_config, print_json
-from ads_spark.client import Admin
+from ads_spark.cli.common import add_bootstrap, open_admin, print_json
 from ads_spark.config import parse_overrides
 from ads_spark.errors import InvalidRequestError
 
@@ -62,7 +64,7 @@ def parse_assignment(text: str) -> list[list[int]]:
 
 
 def create_topic(args) -> int:
-    admin = Admin(client_config(args))
+    admin = open_admin(args)
     assignment = parse_assignment(args.replica_assignment) if args.replica_assignment else None
     if assignment is None and (args.partitions is None or args.replication_factor is None):
         raise InvalidRequestError("give --partitions and --replication-factor, or --replica-assignment")
@@ -74,7 +76,7 @@ def create_topic(args) -> int:
 
 
 def list_topics(args) -> int:
-    for name in Admin(client_config(args)).list_topics():
+    for name in open_admin(args).list_topics():
         print(name)
     return 0
 
@@ -96,7 +98,7 @@ def _selected(description, args) -> list:
 
 
 def describe_topics(args) -> int:
-    admin = Admin(client_config(args))
+    admin = open_admin(args)
     descriptions = admin.describe_topics([args.topic] if args.topic else None)
     if args.json:
         print_json({"topics": [{"topic": d.topic, "topic_id": d.topic_id, "config": d.config, "partitions": [
@@ -122,13 +124,13 @@ def _ids(values) -> str:
 
 
 def delete_topic(args) -> int:
-    Admin(client_config(args)).delete_topic(args.topic)
+    open_admin(args).delete_topic(args.topic)
     print(f"Deleted topic {args.topic}.")
     return 0
 
 
 def describe_configs(args) -> int:
-    response = Admin(client_config(args)).describe_configs(args.topic)
+    response = open_admin(args).describe_configs(args.topic)
     if args.json:
         print_json(response)
         return 0
@@ -144,6 +146,6 @@ def alter_configs(args) -> int:
     if not to_set and not args.delete_config:
         print("ads configs alter: nothing to change (give --add-config or --delete-config)", file=sys.stderr)
         return 1
-    Admin(client_config(args)).alter_configs(args.topic, to_set, args.delete_config)
+    open_admin(args).alter_configs(args.topic, to_set, args.delete_config)
     print(f"Completed updating config for topic {args.topic}.")
     return 0

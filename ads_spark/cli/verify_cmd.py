@@ -3,6 +3,9 @@
 Exit 0 when all replicas agree on every batch (offsets, epochs, CRC) in the
 range all of them have committed; exit 1 and name the first difference
 otherwise, or when a replica cannot be asked.
+
+The client (``ads_spark.client``) is imported inside the command: a broker starts from this parser and
+must not load the producer or consumer (``tests/unit/test_import_graph.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import sys
 
 from ads_spark.cli.common import add_bootstrap, client_config, print_json
-from ads_spark.client import Admin
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections
 
@@ -44,6 +46,8 @@ def compare_replicas(statuses: dict[int, dict]) -> tuple[int, str | None]:
 
 
 def verify_replicas(args) -> int:
+    from ads_spark.client import Admin
+
     config = client_config(args)
     admin = Admin(config)
     connections = Connections(config)

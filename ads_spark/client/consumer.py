@@ -12,13 +12,12 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.flight as flight
 
+from ads_spark.config import parse_bool
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, backoff_sleep
 from ads_spark.errors import (
@@ -28,28 +27,25 @@ from ads_spark.errors import (
     RequestTimedOutError,
     error_for,
 )
+from ads_spark.client.chunks import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    FetchedChunk,
+    TopicPartition,
+    empty_table,
+    fetched_chunk,
+    slice_offsets,
+)
 from ads_spark.client.poll_fetcher import PollFetcher
 from ads_spark.local_reads import NotLocal, host_identity, read_located
-from ads_spark.protocol.records import RECORD_SCHEMA
 
 log = logging.getLogger("ads.client.consumer")
 
-OFFSET_BEGINNING = -2
-OFFSET_END = -1
-OFFSET_INVALID = -1001
 # Retriable failures (a leader moving, a broker down) are retried for up to default.api.timeout.ms
 # (Kafka's name and default), long enough to ride out a failover (ZooKeeper session timeout + election).
 API_TIMEOUT_MS_DEFAULT = 60_000
 RECORDS_PER_POLL_MAX_DEFAULT = 500
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-    offset: int = OFFSET_INVALID
-
-    def key(self) -> tuple[str, int]:
-        return (self.topic, self.partition)
 
 
 class Record(NamedTuple):
@@ -65,15 +61,29 @@ class Record(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-@dataclass
-class FetchedChunk:
-    table: pa.Table
-    high_watermark: int
-    log_start_offset: int
-    next_offset: int
-
-
 class Consumer:
+    """A consumer of assigned partitions (no groups yet): positions, and reads of committed records only.
+
+    Owns the assignment and each partition's position (``_positions``: the next offset, or a
+    sentinel resolved through ``list_offsets`` by ``auto.offset.reset`` when first needed),
+    the parsed fetch settings, and the local read path's memory of brokers found to be on
+    another host (``_not_local``). Has no thread of its own: ``poll``/``poll_arrow`` create a
+    ``PollFetcher`` (``poll_fetcher.py``) on first use, which owns a pool of up to
+    ``FETCH_THREADS_MAX`` threads, one fetch session per broker, one long-polling fetch in
+    flight per leader and one buffered answer per partition. ``fetch_chunk`` and
+    ``fetch_arrow`` (the Spark source's path) fetch in the caller's thread.
+
+    Every read names the leader epoch the client's metadata holds (KIP-320) and ends below
+    the HW of the replica read. A read goes to the leader, or with ``client.rack`` first to
+    an in-sync replica or observer on that rack (KIP-392); when the leader is on this host, a
+    read that does not long-poll (in ``poll``, a partition catching up) maps its segment files
+    instead (``local_reads.py``). Retriable errors
+    (a leader moving, a broker down) refresh metadata and retry within
+    ``default.api.timeout.ms``. Delegates metadata and connections to
+    ``protocol/connection.Connections`` (shared when passed in), and chunk building to
+    ``chunks.py``.
+    """
+
     def __init__(self, config: dict[str, Any], connections: Connections | None = None):
         self.config = dict(config)
         self._connections = connections or Connections(config)
@@ -92,10 +102,7 @@ class Consumer:
         self._next_partition = 0
         # The local read path (ads_spark/local_reads.py): brokers on this host are read from their
         # segment files; a broker found to be elsewhere is not asked again (bounded by the brokers).
-        local_reads = str(self.config.get("local.reads", "true")).strip().lower()
-        if local_reads not in ("true", "false"):
-            raise InvalidRequestError(f"local.reads must be true or false, got {local_reads!r}")
-        self.local_reads = local_reads == "true"
+        self.local_reads = parse_bool(self.config.get("local.reads", "true"), name="local.reads")
         self._not_local: set[tuple[str, int]] = set()
         self.local_fetches = 0  # fetches served by the local read path (for tests and benchmarks)
         self._poll_fetcher: PollFetcher | None = None
@@ -246,7 +253,7 @@ class Consumer:
             raise error_for(-1, "fetch response carried no partition metadata")
         if info["error_code"]:
             raise error_for(info["error_code"], info.get("message", ""))
-        return _chunk(batches, start, int(info["high_watermark"]), int(info["log_start_offset"]))
+        return fetched_chunk(batches, start, int(info["high_watermark"]), int(info["log_start_offset"]))
 
     def _fetch_local(self, tp: TopicPartition, start: int, max_bytes: int, leader_epoch: int,
                      broker) -> FetchedChunk | None:
@@ -271,7 +278,7 @@ class Consumer:
             log.debug("%s-%s: local read at %s not possible (%s); fetching", tp.topic, tp.partition, start, exc)
             return None
         self.local_fetches += 1
-        return _chunk(batches, start, int(answer["high_watermark"]), int(answer["log_start_offset"]))
+        return fetched_chunk(batches, start, int(answer["high_watermark"]), int(answer["log_start_offset"]))
 
     def fetch_arrow(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
                     max_bytes: int | None = None) -> pa.Table:
@@ -286,8 +293,8 @@ class Consumer:
             if position >= chunk.high_watermark:
                 break
         if not tables:
-            return _empty_table()
-        return _slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive)
+            return empty_table()
+        return slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive)
 
     def poll_arrow(self, timeout: float = 1.0) -> dict[TopicPartition, pa.Table]:
         """Records from the assigned partitions that have some, as tables; advances positions.
@@ -315,34 +322,6 @@ class Consumer:
             self._poll_fetcher.close()
         if self._owns_connections:
             self._connections.close()
-
-
-def _empty_table() -> pa.Table:
-    # Not ``Schema.empty_table()``: it imports pandas (150-300 ms), at a consumer's first empty answer.
-    return pa.Table.from_batches([], schema=RECORD_SCHEMA)
-
-
-def _chunk(batches: list[pa.RecordBatch], start: int, high_watermark: int, log_start_offset: int) -> FetchedChunk:
-    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
-    table = _slice_offsets(table, start, high_watermark)
-    next_offset = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else start
-    return FetchedChunk(table, high_watermark, log_start_offset, next_offset)
-
-
-def _slice_offsets(table: pa.Table, start_inclusive: int, end_exclusive: int) -> pa.Table:
-    if table.num_rows == 0:
-        return table
-    offsets = table.column("offset")
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    if first >= start_inclusive and last < end_exclusive:
-        return table
-    if last - first + 1 != table.num_rows:  # not contiguous (never expected): filter row by row in C++
-        mask = pc.and_(pc.greater_equal(offsets, start_inclusive), pc.less(offsets, end_exclusive))
-        return table.filter(mask)
-    # Offsets are contiguous and increasing within a partition: a zero-copy slice, no filter pass.
-    begin = min(max(0, start_inclusive - first), table.num_rows)
-    end = min(max(begin, end_exclusive - first), table.num_rows)
-    return table.slice(begin, end - begin)
 
 
 def _to_records(tp: TopicPartition, table: pa.Table) -> list[Record]:

@@ -28,7 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ads_spark.client import consumer as consumer_module  # circular: attributes are read at call time
+from ads_spark.client.chunks import FetchedChunk, TopicPartition, fetched_chunk
 from ads_spark.protocol import wire
 from ads_spark.protocol.fetch_session import FetchSession
 from ads_spark.errors import AdsError, error_for
@@ -37,13 +37,14 @@ log = logging.getLogger("ads.client.poll")
 
 FETCH_THREADS_MAX = 16
 # After a retriable failure (leader moved, broker down) a leader is not asked again before this.
-RETRY_BACKOFF_S = 0.1
+# (Not the controller channel's RETRY_BACKOFF_S: that paces the controller's requests to brokers.)
+FETCH_RETRY_BACKOFF_S = 0.1
 
 
 @dataclass
 class _Answer:
     start_offset_inclusive: int
-    chunk: object | None  # consumer.FetchedChunk
+    chunk: FetchedChunk | None
     error: AdsError | None = None
 
 
@@ -108,7 +109,7 @@ class PollFetcher:
             except AdsError as exc:  # no leader right now (a failover): fetched once metadata names one
                 if not exc.retriable:
                     raise
-                retry_at = min(retry_at, now + RETRY_BACKOFF_S)
+                retry_at = min(retry_at, now + FETCH_RETRY_BACKOFF_S)
                 continue
             by_leader.setdefault(meta.leader, []).append((key, position, meta.leader_epoch, broker))
         with self._changed:
@@ -136,10 +137,10 @@ class PollFetcher:
             answers = {key: _Answer(position, None, None if exc.retriable else exc)
                        for key, position, _, _ in wanted}
             if exc.retriable:
-                self._not_before[leader] = time.monotonic() + RETRY_BACKOFF_S
+                self._not_before[leader] = time.monotonic() + FETCH_RETRY_BACKOFF_S
         except Exception as exc:  # a bug must not wedge poll: the leader is asked again after a pause
             log.warning("poll fetch from broker %s failed: %r", leader, exc)
-            self._not_before[leader] = time.monotonic() + RETRY_BACKOFF_S
+            self._not_before[leader] = time.monotonic() + FETCH_RETRY_BACKOFF_S
         finally:
             with self._changed:
                 for key, answer in answers.items():
@@ -154,7 +155,7 @@ class PollFetcher:
         for key, position, epoch, broker in wanted:
             if not self._lagging.get(key, True):
                 continue
-            chunk = self._consumer._fetch_local(consumer_module.TopicPartition(*key), position,
+            chunk = self._consumer._fetch_local(TopicPartition(*key), position,
                                                 self._consumer.partition_fetch_max_bytes,
                                                 epoch, broker)
             if chunk is not None and chunk.table.num_rows:
@@ -204,8 +205,7 @@ class PollFetcher:
                 self._connections.mark_stale()
                 return _Answer(position, None, None)
             return _Answer(position, None, error)
-        chunk = consumer_module._chunk(batches, position, int(info["high_watermark"]),
-                                       int(info["log_start_offset"]))
+        chunk = fetched_chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]))
         return self._record(key, position, chunk)
 
     def close(self) -> None:

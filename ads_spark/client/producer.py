@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from ads_spark.config import parse_bool
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections
 from ads_spark.client.delivery import DeliveryFuture, RecordMetadata
@@ -69,6 +70,32 @@ REFUSED_BEFORE_APPEND = frozenset({
 
 
 class Producer:
+    """A Kafka-style producer: records in, Arrow batches out to partition leaders, one outcome per batch.
+
+    Owns, under one mutex (``_lock`` is a Condition over it): per partition the open batch
+    being filled (``_open``), the sealed batches queued to send in call order (``_ready``),
+    the count in flight (``_in_flight``, at most ``max.in.flight.requests.per.connection``);
+    the count of undelivered records (``produce`` waits past ``BUFFERED_RECORDS_MAX``); the
+    sticky partition of each topic for null-key records (moved on after ``batch.size``
+    bytes); and, when idempotent, the producer id and epoch (from ``init_producer_id``, or
+    caller-chosen with ``ads.producer.id``), the next sequence of each partition and the
+    partitions whose sequences must be reset after a batch failed for good (KIP-360).
+
+    Threads: ``ads-producer-sender`` seals batches on linger (a linger-sealed batch waits
+    while its partition has one in flight), takes what may be sent (coalescing queued
+    batches up to ``max.request.size``), expires batches past ``delivery.timeout.ms``,
+    resets sequences, and breaks overdue streams; it sleeps until the next linger or retry
+    backoff ends. Each ``BrokerChannel`` (``producer_channel.py``, one per leader broker, a
+    ``do_exchange`` stream) has a writer and a reader thread; answers come back on the
+    reader thread (``_on_response``: retry in call-order place, split a refused coalesced
+    request, or complete).
+
+    Delegates: metadata, leaders and connections to ``protocol/connection.Connections``
+    (shared when passed in); batch building and coalescing to ``producer_batch.py``;
+    per-record futures to ``delivery.py`` (records of a batch share one outcome); dedupe
+    and ordering to the leaders, which answer a resent batch with its first offsets.
+    """
+
     def __init__(self, config: dict[str, Any], connections: Connections | None = None):
         self.config = dict(config)
         self._connections = connections or Connections(config)
@@ -87,7 +114,7 @@ class Producer:
         if idempotence is None:
             self.idempotent = self.acks == -1
         else:
-            self.idempotent = str(idempotence).strip().lower() == "true"
+            self.idempotent = parse_bool(idempotence, name="enable.idempotence")
             if self.idempotent and self.acks != -1:
                 raise InvalidRequestError("enable.idempotence=true requires acks=all")
         self._producer_id = -1  # asked of a broker (from a ZooKeeper-allocated block) before the first send

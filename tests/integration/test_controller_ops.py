@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from ads_spark.client import Admin
-from tests.integration.test_replication_failover import wait_until
+from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +214,7 @@ def test_observers_replicate_but_never_join_the_isr_nor_lead(fresh_cluster, topi
 def test_controller_failover_resumes_every_duty_and_metrics_follow(fresh_cluster, topic_name):
     """Kill the controller's broker: another broker takes over (higher epoch), elects leaders for what the
     dead one led, creates new topics, and the metrics endpoints report the under-replicated partitions."""
-    from tests.integration.test_replication_failover import scrape
+    from tests.fixtures.cluster import scrape
 
     cluster = fresh_cluster(3)
     admin = Admin({"bootstrap.servers": cluster.bootstrap_servers, "request.timeout.ms": 5000})

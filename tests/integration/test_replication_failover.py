@@ -20,30 +20,10 @@ import pytest
 from ads_spark.broker.zk.client import ZkClient
 from ads_spark.client import Admin, Producer
 from ads_spark.errors import AdsError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
-from tests.fixtures.cluster import metric_values, read_all
+from tests.fixtures.cluster import leader_of, read_all, scrape
+from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-WAIT_S = 60
-
-
-def wait_until(predicate, timeout_s: float = WAIT_S, what: str = "condition"):
-    """Until ``predicate()`` is truthy. A retriable error counts as "not yet": mid-failover every broker may
-    briefly refuse (e.g. BROKER_NOT_AVAILABLE from one that is reconnecting to ZooKeeper)."""
-    deadline = time.monotonic() + timeout_s
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except AdsError as exc:
-            if not exc.retriable:
-                raise
-            value, last_error = None, exc
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}"
-                         + (f" (last error: {last_error})" if last_error else ""))
 
 
 class AckedWriter:
@@ -88,11 +68,6 @@ class AckedWriter:
         self._thread.join(90)
         self.producer.flush(70)
         self.producer.close()
-
-
-def leader_of(admin: Admin, topic: str) -> tuple[int, list[int]]:
-    partition = admin.describe_topics([topic])[0].partitions[0]
-    return partition.leader, list(partition.isr)
 
 
 def replicated_topic_under_load(fresh_cluster, topic: str):
@@ -187,11 +162,6 @@ def test_controlled_shutdown_moves_leadership_with_no_failed_write(fresh_cluster
     values = set(read_all(cluster.bootstrap_servers, topic_name))
     assert all(v in values for v in writer.acked)
     admin.close()
-
-
-def scrape(cluster, broker_id: int, name: str) -> float:
-    """A metric's value from a broker's Prometheus endpoint (0 when absent)."""
-    return metric_values(cluster, name).get(broker_id, 0.0)
 
 
 def test_offline_until_unclean_election_is_enabled_and_the_loss_is_counted(fresh_cluster, topic_name):

@@ -11,8 +11,8 @@ import pytest
 from ads_spark.client import Admin, Producer, TopicPartition
 from ads_spark.protocol import wire
 from ads_spark.errors import InvalidRequestError, StaleControllerEpochError
-from tests.fixtures.cluster import read_all
-from tests.integration.test_replication_failover import leader_of, scrape, wait_until
+from tests.fixtures.cluster import leader_of, read_all, scrape
+from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

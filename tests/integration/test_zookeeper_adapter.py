@@ -37,10 +37,6 @@ def make_client(zookeeper_server, zk_chroot):
         client.close()
 
 
-def _wait_for(predicate, timeout_s: float = EVENT_WAIT_S) -> bool:
-    return poll_until(predicate, timeout_s)
-
-
 def test_base_paths_and_cluster_id(zk_client, make_client):
     cluster_id = zk_client.cluster_id()
     assert cluster_id == make_client().cluster_id()
@@ -130,10 +126,10 @@ def test_session_expiry_removes_registration_and_broker_re_registers(zookeeper_s
         assert 7 in observer.live_brokers()
         proxy.sever()
         # The server expires the silent session after its 2 s timeout; its ephemeral znode goes with it.
-        assert _wait_for(lambda: 7 not in observer.live_brokers())
+        assert poll_until(lambda: 7 not in observer.live_brokers(), EVENT_WAIT_S)
         proxy.heal()
-        assert _wait_for(lambda: "lost" in states)
-        assert _wait_for(lambda: bool(new_epochs)), states
+        assert poll_until(lambda: "lost" in states, EVENT_WAIT_S)
+        assert poll_until(lambda: bool(new_epochs), EVENT_WAIT_S), states
         assert new_epochs[0] > epoch
         assert observer.live_brokers()[7]["broker_epoch"] == new_epochs[0]
     finally:

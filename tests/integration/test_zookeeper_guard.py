@@ -29,15 +29,11 @@ WAIT_S = 10.0
 KILLS_KAZOO_THREAD = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
 
-def _wait_for(predicate, timeout_s: float = WAIT_S) -> bool:
-    return poll_until(predicate, timeout_s)
-
-
 def _kill_connection_thread(zk: ZkClient) -> None:
     """What a surrogate in a path did before the guard: kazoo's thread dies encoding it (guard bypassed)."""
     client = zk.client
     KazooClient._call(client, GetData("/x\ud800", None), client.handler.async_result())
-    assert _wait_for(lambda: zk.connection_thread_problem() is not None), "kazoo's thread did not die"
+    assert poll_until(lambda: zk.connection_thread_problem() is not None, WAIT_S), "kazoo's thread did not die"
 
 
 BAD_TOPIC_CALLS = {
@@ -108,7 +104,7 @@ def test_a_broker_whose_kazoo_thread_dies_stops_leading_and_reports_fatal(tmp_pa
     from ads_spark.broker.broker import Broker
     from ads_spark.broker.zk.membership import ZkMembership
     from ads_spark.config import BrokerConfig
-    from tests.unit.test_log_support import produce_batch
+    from tests.fixtures.logs import produce_batch
 
     config = BrokerConfig({"broker.id": "1", "log.dirs": str(tmp_path / "data"), "metrics.port": "-1",
                            "zookeeper.connect": f"{zookeeper_server.connect_string}{zk_chroot}",
@@ -117,7 +113,8 @@ def test_a_broker_whose_kazoo_thread_dies_stops_leading_and_reports_fatal(tmp_pa
     try:
         broker.start()
         broker.zk.create_topic("orders", 1, 1, None, {})
-        assert _wait_for(lambda: (p := broker.replica_manager.maybe_get("orders", 0)) is not None and p.is_leader)
+        assert poll_until(lambda: (p := broker.replica_manager.maybe_get("orders", 0)) is not None and p.is_leader,
+                          WAIT_S)
         answers = []
 
         def produce():
@@ -128,7 +125,7 @@ def test_a_broker_whose_kazoo_thread_dies_stops_leading_and_reports_fatal(tmp_pa
         produce()
         assert answers == [(0, None)]
         _kill_connection_thread(broker.zk.zk)
-        assert _wait_for(lambda: broker.fatal_error is not None)
+        assert poll_until(lambda: broker.fatal_error is not None, WAIT_S)
         assert "connection thread" in broker.fatal_error
         with pytest.raises(NotLeaderOrFollowerError):
             produce()  # the acks=1 write the cut-off broker of finding 2 acknowledged

@@ -28,9 +28,6 @@ def _gone(pid: int) -> bool:
         return True
 
 
-_wait_for = poll_until
-
-
 def test_start_answers_and_stop_leaves_no_process(tmp_path):
     server = zks.EmbeddedZooKeeper(tmp_path / "zk", port=0, force_sync=False)
     try:
@@ -66,7 +63,7 @@ def test_cli_foreground_runs_zookeeper_in_the_callers_process_group(tmp_path):
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     try:
-        assert _wait_for(lambda: zks.is_serving(port), 30), (tmp_path / "cli.log").read_text()
+        assert poll_until(lambda: zks.is_serving(port), 30), (tmp_path / "cli.log").read_text()
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -103,5 +100,5 @@ def test_server_dies_with_a_killed_parent(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=45)
     pid, port = (int(v) for v in out.stdout.split())
-    assert _wait_for(lambda: _gone(pid), 10)
+    assert poll_until(lambda: _gone(pid), 10)
     assert not zks.is_serving(port)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tests.spark.test_spark_e2e import new_topic, produce
+from tests.fixtures.spark import new_topic, produce
 
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

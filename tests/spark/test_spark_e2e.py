@@ -15,34 +15,11 @@ import zlib
 import pytest
 from chispa import assert_df_equality
 
+from tests.fixtures.spark import new_topic, produce, reader
+
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 STREAM_WAIT_S = 180
-
-
-def new_topic(admin, partitions: int, replication_factor: int = 1) -> str:
-    name = f"spark-{uuid.uuid4().hex[:8]}"
-    admin.create_topic(name, partitions=partitions, replication_factor=replication_factor)
-    return name
-
-
-
-
-def produce(bootstrap, topic, records):
-    """records: (partition, key, value, headers) tuples; returns when all are acknowledged."""
-    from ads_spark.client import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    try:
-        futures = [producer.produce(topic, value=v, key=k, headers=h, partition=p) for p, k, v, h in records]
-        assert producer.flush(30) == 0
-        return [f.result() for f in futures]
-    finally:
-        producer.close()
-
-
-def reader(spark, bootstrap, **options):
-    return spark.read.format("ads").option("ads.bootstrap.servers", bootstrap).options(**options).load()
 
 
 def test_batch_read_matches_what_was_produced(spark, admin, bootstrap):

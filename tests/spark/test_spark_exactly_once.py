@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.spark.test_spark_e2e import new_topic, produce, reader
+from tests.fixtures.spark import new_topic, produce, reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -18,7 +18,7 @@ from ads_spark.broker.replica.partition import Partition, PartitionRole
 from ads_spark.broker.replica.replica_manager import ReplicaManager
 from ads_spark.errors import NotLeaderOrFollowerError
 from ads_spark.replication.state import PartitionConfig
-from tests.unit.test_log_support import open_log, produce_batch
+from tests.fixtures.logs import open_log, produce_batch
 
 pytestmark = pytest.mark.timeout(30)
 

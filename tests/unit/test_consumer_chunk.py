@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ads_spark.client.consumer import _chunk
+from ads_spark.client.chunks import fetched_chunk
 from ads_spark.protocol.records import RECORD_SCHEMA
-from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
+from tests.fixtures.fresh_interpreter import assert_leaves_pandas_unimported
 
 
 def test_an_empty_answer_is_an_empty_chunk_at_the_asked_offset():
-    chunk = _chunk([], 7, 7, 0)
+    chunk = fetched_chunk([], 7, 7, 0)
     assert chunk.table.num_rows == 0 and chunk.table.schema == RECORD_SCHEMA
     assert (chunk.next_offset, chunk.high_watermark) == (7, 7)
 
@@ -16,4 +16,5 @@ def test_an_empty_answer_is_an_empty_chunk_at_the_asked_offset():
 def test_an_empty_answer_does_not_import_pandas():
     """``Schema.empty_table()`` imports pandas: a consumer's first poll before any data arrived took 150-300 ms
     more, and the latency benchmark's first records waited ~200 ms behind it."""
-    assert_leaves_pandas_unimported("from ads_spark.client.consumer import _chunk\n_chunk([], 0, 0, 0)")
+    assert_leaves_pandas_unimported("import ads_spark.client.consumer\n"
+                                    "from ads_spark.client.chunks import fetched_chunk\nfetched_chunk([], 0, 0, 0)")

@@ -10,8 +10,7 @@ import pytest
 
 from ads_spark.broker.log import LogConfig
 from ads_spark.local_reads import NotLocal, describe_segments, host_identity, read_located
-from tests.unit.test_log_partition import fill
-from tests.unit.test_log_support import open_log
+from tests.fixtures.logs import fill, open_log
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,7 +8,7 @@ import pytest
 
 from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogManager, OffsetCheckpointFile
 from ads_spark.errors import InconsistentTopicIdError, InvalidConfigError, InvariantViolation, StorageError
-from tests.unit.test_log_support import produce_batch, stored_values, values_for
+from tests.fixtures.logs import produce_batch, stored_values, values_for
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -23,7 +23,7 @@ import pytest
 from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogManager, OffsetCheckpointFile
 from ads_spark.errors import InvalidRequestError, InvalidTopicError
 from ads_spark.protocol.names import TOPIC_NAME_RE, is_valid_topic_name, validate_topic_name
-from tests.unit.test_log_support import open_log, produce_batch, stored_values, values_for
+from tests.fixtures.logs import open_log, produce_batch, stored_values, values_for
 
 pytestmark = pytest.mark.timeout(30)
 

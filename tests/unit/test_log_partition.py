@@ -20,18 +20,10 @@ from ads_spark.protocol.records import (
     PRODUCE_SCHEMA, RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
     as_message_batch, message_of, seal, verify,
 )
-from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
-from tests.unit.test_log_support import open_log, produce_batch, stored_values, values_for
+from tests.fixtures.fresh_interpreter import assert_leaves_pandas_unimported
+from tests.fixtures.logs import fill, open_log, produce_batch, stored_values, values_for
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def fill(log, batch_sizes, *, now_ms=0, epoch=0):
-    headers, first = [], log.log_end_offset
-    for n in batch_sizes:
-        headers.append(log.append_as_leader(produce_batch(values_for(first, n)), leader_epoch=epoch, now_ms=now_ms))
-        first += n
-    return headers
 
 
 def segment_files(directory):

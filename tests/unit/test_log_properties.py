@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ads_spark.broker.log import LogConfig
-from tests.unit.test_log_support import open_log, produce_batch
+from tests.fixtures.logs import open_log, produce_batch
 
 pytestmark = pytest.mark.timeout(120)
 

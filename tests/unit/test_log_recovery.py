@@ -16,7 +16,7 @@ import pytest
 
 from ads_spark.broker.log import LogConfig
 from ads_spark.broker.log.index import ENTRY_BYTES
-from tests.unit.test_log_support import open_log, produce_batch, stored_values, values_for
+from tests.fixtures.logs import open_log, produce_batch, stored_values, values_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -147,7 +147,7 @@ WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from ads_spark.broker.log import LogConfig, PartitionLog
-    from tests.unit.test_log_support import produce_batch, values_for
+    from tests.fixtures.logs import produce_batch, values_for
 
     log = PartitionLog.open(Path(sys.argv[1]), LogConfig(segment_bytes=20_000, flush_interval_messages=25),
                             recovery_point=0, clean_shutdown=False, now_ms=0)

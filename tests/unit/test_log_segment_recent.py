@@ -8,7 +8,7 @@ import pytest
 from ads_spark.broker.log import LogConfig
 from ads_spark.broker.log.segment import RECENT_BYTES_MAX, RECENT_MESSAGES_MAX
 from ads_spark.errors import StorageError
-from tests.unit.test_log_support import open_log, produce_batch, values_for
+from tests.fixtures.logs import open_log, produce_batch, values_for
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,7 +13,7 @@ from ads_spark.client.producer_batch import (PARTS_PER_REQUEST_MAX, OpenBatch, P
                                              take_coalesced)
 from ads_spark.errors import NotEnoughReplicasError
 from ads_spark.protocol.records import PRODUCE_SCHEMA, conform_produce_batch
-from tests.unit.fresh_interpreter import assert_leaves_pandas_unimported
+from tests.fixtures.fresh_interpreter import assert_leaves_pandas_unimported
 
 NOW_MS = 1_000
 

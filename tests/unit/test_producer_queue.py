@@ -11,30 +11,16 @@ leader waited for sat behind four it refused forever.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pyarrow as pa
 import pytest
 
 from ads_spark.client.producer import Producer
 from ads_spark.errors import ErrorCode, InvalidRequestError, error_for
 from ads_spark.protocol.records import conform_produce_batch, now_ms
+from tests.fixtures.producers import OnePartitionConnections
 
 BATCH_RECORDS = 4
 ROUNDS_MAX = 200  # each round answers every request in flight; the correct queue needs ~10
-
-
-class OnePartitionConnections:
-    """Metadata for topic ``t`` with one partition; nothing here touches a network."""
-
-    def partitions_for(self, topic):
-        return {0: SimpleNamespace(leader=1)}
-
-    def mark_stale(self):
-        pass
-
-    def close(self):
-        pass
 
 
 class QueueOnlyProducer(Producer):

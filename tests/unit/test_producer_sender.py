@@ -7,7 +7,7 @@ import threading
 import time
 
 from ads_spark.client.producer import OVERDUE_CHECK_INTERVAL_S, Producer
-from tests.unit.test_producer_queue import OnePartitionConnections
+from tests.fixtures.producers import OnePartitionConnections
 
 WAIT_S_MAX = 5.0  # bound on every wait below; the assertions are about what happens far sooner
 

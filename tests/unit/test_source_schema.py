@@ -8,7 +8,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from ads_spark.errors import InvalidConfigError
 from ads_spark.protocol.records import RECORD_SCHEMA
-from ads_spark.spark.source import clients
+from ads_spark.spark import clients
 from ads_spark.spark.source.options import parse_source_options
 from ads_spark.spark.source.reader import AdsBatchReader, AdsStreamReader
 from ads_spark.spark.source.schema import arrow_schema, check_user_schema, spark_schema, to_spark_batches

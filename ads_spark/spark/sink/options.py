@@ -10,7 +10,9 @@ job that copies one topic into another keeps the original times; without it the
 records get the write time. Other columns are ignored, as in Kafka's sink.
 
 Checked twice: the Spark schema on the driver when the write starts (clear
-errors before any task runs), and each Arrow batch on executors.
+errors before any task runs), and each Arrow batch on executors. The client
+pass-through (``ads.*``) and booleans are read as the source reads them
+(``ads_spark.spark.options``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pyspark.sql.types import (
 
 from ads_spark.errors import InvalidConfigError, InvalidRequestError
 from ads_spark.protocol.records import HEADER_TYPE, PRODUCE_SCHEMA, now_ms
-from ads_spark.spark.source.options import lower_keys, parse_client_config
+from ads_spark.spark.options import lower_keys, option_bool, parse_client_config
 
 ACKS_CHOICES = ("0", "1", "all", "-1")
 DELIVERY_WAIT_S_DEFAULT = 300.0  # bound on flush() at the end of a task
@@ -63,7 +65,7 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
         raise InvalidConfigError(f"option 'ads.acks' must be 0, 1 or all, got {config['acks']!r}")
     config["acks"] = "all" if acks == "-1" else acks
     config.setdefault("enable.idempotence", "true" if config["acks"] == "all" else "false")
-    idempotent = config["enable.idempotence"].strip().lower() == "true"
+    idempotent = option_bool(config, "enable.idempotence", "ads.enable.idempotence", False)
     if idempotent and config["acks"] != "all":
         raise InvalidConfigError("option 'ads.enable.idempotence=true' needs 'ads.acks=all' (the default)")
     topic = opts.get("topic")

@@ -23,7 +23,7 @@ mode("overwrite"); the default (errorifexists) fails in Spark before this code
 runs. ``overwrite`` is refused here with a message pointing to append.
 
 Writers are pickled to executors; they hold options and the schema only.
-The producer comes from the per-process cache in ``ads_spark.spark.source.clients``.
+The producer comes from the per-process cache in ``ads_spark.spark.clients``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from ads_spark.spark.sink.options import (
     to_produce_rows,
 )
 from ads_spark.spark.sink.partitioning import assign_partitions, chunk_bounds, group_by_topic, group_rows
-from ads_spark.spark.source import clients
+from ads_spark.spark import clients
 
 log = logging.getLogger("ads.spark.sink")
 

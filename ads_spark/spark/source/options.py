@@ -7,9 +7,9 @@ exists so that a typo or a contradictory combination fails at ``load()`` with a
 message naming the option, before any connection is opened, and so that the
 readers work from typed values instead of strings.
 
-Client pass-through: every ``ads.<name>`` option becomes ``<name>`` in the
-client config (``ads.bootstrap.servers`` -> ``bootstrap.servers``,
-``ads.client.rack`` -> ``client.rack``, ``ads.max.partition.fetch.bytes`` ...).
+The client pass-through (``ads.<name>`` -> ``<name>``) and the scalar kinds
+(booleans, positive integers, durations, sizes) are shared with the sink and
+live in ``ads_spark.spark.options``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ads_spark.errors import InvalidConfigError
+from ads_spark.spark.options import (
+    lower_keys,
+    option_bool,
+    parse_bytes,
+    parse_client_config,
+    parse_duration_ms,
+    positive_int,
+)
 
 EARLIEST = -2  # in offsets JSON: the log start offset of the partition
 LATEST = -1  # in offsets JSON: the high watermark of the partition
 
-CLIENT_PREFIX = "ads."
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
 
 # Kafka consumer settings the source decides itself; setting them is a mistake.
@@ -36,10 +43,6 @@ _CLIENT_KEYS_FORBIDDEN = {
     "value.deserializer": "values are returned as binary; cast them in Spark",
 }
 
-_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-                      "d": 86_400_000}
-_BYTE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
-               "t": 1 << 40, "tb": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
         subscription=parse_subscription(opts),
         starting=starting,
         ending=ending,
-        fail_on_data_loss=parse_bool(opts, "failondataloss", "failOnDataLoss", True),
-        include_headers=parse_bool(opts, "includeheaders", "includeHeaders", False),
+        fail_on_data_loss=option_bool(opts, "failondataloss", "failOnDataLoss", True),
+        include_headers=option_bool(opts, "includeheaders", "includeHeaders", False),
         min_partitions=positive_int(opts, "minpartitions", "minPartitions"),
         max_records_per_partition=positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition"),
         max_offsets_per_trigger=max_offsets,
@@ -139,31 +142,6 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
                                                MAX_TRIGGER_DELAY_MS_DEFAULT),
         max_bytes_per_trigger=parse_bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger"),
     )
-
-
-def lower_keys(options: Mapping[str, Any]) -> dict[str, str]:
-    """Spark hands Python data sources case-insensitive options; normalise to lower case."""
-    return {str(k).lower(): str(v) for k, v in dict(options).items()}
-
-
-def parse_client_config(opts: Mapping[str, str]) -> dict[str, str]:
-    """The ``ads.*`` options as a client config; ``ads.bootstrap.servers`` is required."""
-    kafka_keys = sorted(k for k in opts if k.startswith("kafka."))
-    if kafka_keys:
-        raise InvalidConfigError(f"option '{kafka_keys[0]}' uses the Kafka prefix; "
-                                 f"ADS options start with 'ads.' (e.g. 'ads.{kafka_keys[0][6:]}')")
-    config = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
-    servers = config.get("bootstrap.servers", "").strip()
-    if not servers:
-        raise InvalidConfigError("option 'ads.bootstrap.servers' is required: a comma-separated list of "
-                                 "host:port, e.g. .option('ads.bootstrap.servers', '127.0.0.1:9092')")
-    for item in servers.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not item.strip() or not sep or not host or not port.isdigit():
-            raise InvalidConfigError(f"option 'ads.bootstrap.servers' has a bad entry {item.strip()!r}: "
-                                     f"expected host:port")
-    config["bootstrap.servers"] = servers
-    return config
 
 
 # ---- subscription ---------------------------------------------------------------
@@ -300,42 +278,3 @@ def _non_negative(raw: str, option: str) -> int:
         raise InvalidConfigError(f"option '{option}' must be a non-negative integer (ms since the epoch for "
                                  f"timestamps), got {raw!r}")
     return int(text)
-
-
-def positive_int(opts: Mapping[str, str], key: str, option: str) -> int | None:
-    if key not in opts:
-        return None
-    text = opts[key].strip()
-    if not text.isdigit() or int(text) <= 0:
-        raise InvalidConfigError(f"option '{option}' must be a positive integer, got {opts[key]!r}")
-    return int(text)
-
-
-def parse_bool(opts: Mapping[str, str], key: str, option: str, default: bool) -> bool:
-    if key not in opts:
-        return default
-    text = opts[key].strip().lower()
-    if text not in ("true", "false"):
-        raise InvalidConfigError(f"option '{option}' must be 'true' or 'false', got {opts[key]!r}")
-    return text == "true"
-
-
-def parse_duration_ms(raw: str | None, option: str, default_ms: int) -> int:
-    """'15m', '30s', '500ms', '1h', '2d' or a bare number of ms."""
-    if raw is None:
-        return default_ms
-    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
-    if not match or (match.group(2) and match.group(2) not in _DURATION_UNITS_MS):
-        raise InvalidConfigError(f"option '{option}' must be a duration like '500ms', '30s', '15m', '1h', got {raw!r}")
-    return int(match.group(1)) * _DURATION_UNITS_MS.get(match.group(2) or "ms", 1)
-
-
-def parse_bytes(raw: str | None, option: str) -> int | None:
-    """'1048576', '512k', '64m', '1g' (binary multiples); must be positive."""
-    if raw is None:
-        return None
-    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
-    if not match or (match.group(2) and match.group(2) not in _BYTE_UNITS) or int(match.group(1)) <= 0:
-        raise InvalidConfigError(f"option '{option}' must be a positive size like '1048576', '512k', '64m', "
-                                 f"'1g', got {raw!r}")
-    return int(match.group(1)) * _BYTE_UNITS.get(match.group(2) or "b", 1)

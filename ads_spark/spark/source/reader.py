@@ -6,7 +6,7 @@ to Spark as record batches of the Kafka schema, never row by row, with the next
 fetch already running on a read-ahead thread: ``prefetch.py``).
 
 Readers are pickled to executors, so they hold only the parsed options and small
-plain values; clients come from ``clients.py`` inside ``read()`` and the planner
+plain values; clients come from ``ads_spark.spark.clients`` inside ``read()`` and the planner
 methods. The streaming reader's planner instance lives in one Python process for
 the whole query, which is where its trigger clock and AvailableNow target live.
 
@@ -35,7 +35,8 @@ from pyspark.sql.streaming.datasource import (
 
 from ads_spark.errors import AdsError, OffsetOutOfRangeError
 from ads_spark.protocol.records import now_ms
-from ads_spark.spark.source import clients
+from ads_spark.spark import clients
+from ads_spark.spark.source import lookups
 from ads_spark.spark.source.offsets import SourceOffset, latest_of
 from ads_spark.spark.source.options import SourceOptions
 from ads_spark.spark.source.planning import (
@@ -157,9 +158,9 @@ class AdsBatchReader(DataSourceReader):
     def partitions(self) -> list[OffsetRange]:
         o = self.options
         admin = clients.admin_for(o.client_config)
-        snapshot = clients.take_snapshot(admin, o.subscription, require_existing=True)
-        start_ts = clients.offsets_for_timestamps(admin, timestamp_lookups(o.starting, snapshot))
-        end_ts = clients.offsets_for_timestamps(admin, timestamp_lookups(o.ending, snapshot))
+        snapshot = lookups.take_snapshot(admin, o.subscription, require_existing=True)
+        start_ts = lookups.offsets_for_timestamps(admin, timestamp_lookups(o.starting, snapshot))
+        end_ts = lookups.offsets_for_timestamps(admin, timestamp_lookups(o.ending, snapshot))
         ranges = plan_batch(o.starting, o.ending, snapshot, start_ts, end_ts, o.fail_on_data_loss)
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
@@ -180,11 +181,11 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _snapshot(self):
         admin = clients.admin_for(self.options.client_config)
-        return admin, clients.take_snapshot(admin, self.options.subscription, require_existing=False)
+        return admin, lookups.take_snapshot(admin, self.options.subscription, require_existing=False)
 
     def initialOffset(self) -> dict:
         admin, snapshot = self._snapshot()
-        ts_offsets = clients.offsets_for_timestamps(admin, timestamp_lookups(self.options.starting, snapshot))
+        ts_offsets = lookups.offsets_for_timestamps(admin, timestamp_lookups(self.options.starting, snapshot))
         return initial_offset(self.options.starting, snapshot, ts_offsets,
                               self.options.fail_on_data_loss).to_json_dict()
 
@@ -223,7 +224,7 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if limits is not None and limits.max_bytes is not None:
             consumer = clients.consumer_for(self.options.client_config)
             hws = latest_of(snapshot).offsets
-            record_bytes = clients.record_bytes_estimates(consumer, start_offset.offsets, hws)
+            record_bytes = lookups.record_bytes_estimates(consumer, start_offset.offsets, hws)
         target = SourceOffset.from_json_dict(self._available_now_target) if self._available_now_target else None
         end = next_end(start_offset, snapshot, limits, now_ms=now, last_trigger_ms=self._last_trigger_ms,
                        record_bytes=record_bytes, target=target,
@@ -246,7 +247,7 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         missing = partitions_without_start(start_offset, end_offset)
         new_starts = {}
         if missing:
-            new_starts = clients.log_start_offsets(clients.admin_for(self.options.client_config), missing)
+            new_starts = lookups.log_start_offsets(clients.admin_for(self.options.client_config), missing)
         ranges = plan_ranges(start_offset, end_offset, new_starts)
         return split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
 

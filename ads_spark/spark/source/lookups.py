@@ -1,28 +1,16 @@
-"""Client objects per Python process, and the cluster look-ups the source plans from.
+"""The cluster look-ups the Spark source plans from: the only I/O of offset planning.
 
-Owns two things the readers and writers share:
+``take_snapshot`` and the timestamp / log-start / sample look-ups ask an ``Admin`` or ``Consumer``
+(from the per-process cache, ``ads_spark.spark.clients``) and turn the answers into the plain
+values ``planning.py`` consumes, so planning itself stays pure and testable without a cluster.
 
-* A process-wide cache of ``Admin``/``Consumer``/``Producer`` keyed by kind and
-  client config. Spark reuses Python workers across tasks, and the streaming
-  source's planner process lives as long as the query; opening Flight
-  connections once per process instead of once per task keeps small
-  micro-batches cheap. Readers and writers keep only option values (they are
-  pickled to executors); they ask this module for a client inside ``read()`` /
-  ``write()``. A client that raised something unexpected is evicted so the next
-  task starts afresh.
-* ``take_snapshot`` and the timestamp / sample look-ups: the only I/O of
-  offset planning, turned into the plain values ``planning.py`` consumes.
-
-``ads_spark.client`` is imported lazily so that resolving the format name does
-not load Flight.
+``ads_spark.client`` is imported lazily so that resolving the format name does not load Flight.
 """
 
 from __future__ import annotations
 
 import time
-
-import threading
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
 from ads_spark.errors import UnknownTopicOrPartitionError
 from ads_spark.spark.source.offsets import PartitionState, Snapshot, TopicPartitionKey, TopicState
@@ -31,64 +19,9 @@ from ads_spark.spark.source.options import Subscription
 SAMPLE_RECORDS_MAX = 64  # records fetched per partition to estimate bytes per record
 SAMPLE_FETCH_BYTES_MAX = 1 << 20
 
-_clients: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
-_clients_lock = threading.Lock()
-
-
-def _cache_key(kind: str, config: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    return kind, tuple(sorted((str(k), str(v)) for k, v in config.items()))
-
-
-def _cached(kind: str, config: Mapping[str, Any], make: Callable[[dict], Any]) -> Any:
-    key = _cache_key(kind, config)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = make(dict(config))
-        return client
-
-
-def admin_for(config: Mapping[str, Any]):
-    from ads_spark.client import Admin
-    return _cached("admin", config, Admin)
-
-
-def consumer_for(config: Mapping[str, Any]):
-    from ads_spark.client import Consumer
-    return _cached("consumer", config, Consumer)
-
-
-def producer_for(config: Mapping[str, Any]):
-    from ads_spark.client import Producer
-    return _cached("producer", config, Producer)
-
-
-def connections_for(config: Mapping[str, Any]):
-    """Pooled broker connections and metadata, shared by the per-task producers of the sink."""
-    from ads_spark.protocol.connection import Connections
-    return _cached("connections", config, Connections)
-
-
-def evict(kind: str, config: Mapping[str, Any]) -> None:
-    """Drop (and close) a cached client after an unexpected failure."""
-    with _clients_lock:
-        client = _clients.pop(_cache_key(kind, config), None)
-    if client is not None:
-        try:
-            client.close()
-        except Exception:  # closing a broken client must not hide the original error
-            pass
-
-
-def cached_client_count() -> int:
-    return len(_clients)
-
-
-# ---- look-ups for planning ----------------------------------------------------------
-
-
 # A topic deleted between the listing and the look-ups of one snapshot is retried this often.
 SNAPSHOT_ATTEMPTS_MAX = 5
+SNAPSHOT_RETRY_BACKOFF_S = 0.2  # times the attempt number
 
 
 def take_snapshot(admin, subscription: Subscription, *, require_existing: bool) -> Snapshot:
@@ -110,9 +43,6 @@ def take_snapshot(admin, subscription: Subscription, *, require_existing: bool) 
                 raise
             time.sleep(SNAPSHOT_RETRY_BACKOFF_S * (attempt + 1))
     raise AssertionError("unreachable")
-
-
-SNAPSHOT_RETRY_BACKOFF_S = 0.2
 
 
 def _take_snapshot_once(admin, subscription: Subscription, *, require_existing: bool) -> Snapshot:
