@@ -46,6 +46,38 @@ def log_config_for(effective: dict[str, Any]) -> LogConfig:
 
 
 class Broker:
+    """One broker process: builds its parts, wires them to each other, and runs its periodic work.
+
+    Owns, built in this order by the constructor: the validated ``config``; the
+    ``MetadataCache`` the controller pushes (clients' metadata is answered from it); the
+    ``ReplicaManager`` (the hosted ``Partition``s, the wake-ups of long-polling fetches, the
+    session fence's flag); the ``ReplicaFetcherManager`` (follower fetcher threads, one per
+    leader and fetcher index); the ``IsrWriter`` (one thread carrying ISR proposals to
+    ZooKeeper, bounded queue); the ``LogManager`` (``log.dirs``, recovered before anything
+    is served); the data, control, admin and verify request handlers; ``BrokerMetrics``
+    (prometheus_client's HTTP thread, unless ``metrics.port`` is -1); the
+    ``BrokerFlightServer`` (listening from its constructor, a gRPC thread per call, the
+    stream bounds and idle-connection sweeper of ``rpc/connections.py``); and, from
+    ``zk_factory``, ``zk``: the ``ZkMembership`` (kazoo session, registration and broker
+    epoch, ``SessionGuard``, producer-id blocks, admin writes, and the ``Controller`` with
+    its event thread, rebalance timer and per-broker channel threads). Its own state: each
+    topic's config overrides as last told, its broker epoch, and ``fatal_error``, on which
+    the process's main loop (``ads broker start``) stops it.
+
+    Its one thread, ``broker-periodic``, every ``PERIODIC_TICK_MS``: the ZooKeeper session
+    check, ``ReplicaManager.tick_all`` (ISR lag, ISR write re-sends, produce deadlines; a
+    failed tick sets ``fatal_error``), log flushes, the HW / recovery-point / producer-state
+    checkpoints, retention. ``ensure_partition`` opens a replica's log and builds its
+    ``Partition`` when the controller first names it.
+
+    Delegates: every replication decision to ``ads_spark.replication`` through each
+    ``Partition``; leadership to the controller role (whichever broker holds it). ``start``
+    registers in ZooKeeper last, once it can serve (that makes it eligible to lead).
+    ``stop(controlled=True)`` stops following, asks the controller to move leadership away,
+    then stops fetchers, the ISR writer, ZooKeeper, the replicas, checkpoints, closes the
+    logs and the server (waiting at most ``SERVER_SHUTDOWN_WAIT_S`` for open streams).
+    """
+
     def __init__(self, config: BrokerConfig, zk_factory: Callable[["Broker"], Any] | None = None):
         self.config = config
         self.broker_id = config.broker_id

@@ -42,7 +42,7 @@ from ads_spark.replication.controller_state import (
     ApplyDecisions, ApplyTopicConfig, AwaitingAssignment, AwaitingLogEnds, AwaitingTopics, AwaitingWrite,
     BeginApplied, CompleteReassignments, CompletionApplied, ControllerState, ElectLeaders, ElectOffline, Emit, Key,
     PassOverBrokers, PushMetadata, Reply, ReplyShutdown, RequestAssignment, SendPartitions, StartReassignments,
-    TopicInfo, check_invariants, topic_settings,
+    TopicInfo, check_invariants,
 )
 from ads_spark.replication.election import Decision, PartitionView
 from ads_spark.replication.state import LeaderAndIsr, evolve
@@ -65,6 +65,7 @@ def step(state: ControllerState, event: Event) -> tuple[ControllerState, list]:
         case LostLeadership():
             if state.active:
                 out.append(Log("warning", f"broker {state.broker_id} lost the controller role (session loss?)"))
+            out.append(CloseChannels(None))  # what they still queue was decided under the lost term
             new = evolve(state, active=False, pending=(), awaiting=None)
         case ControllerFailed():
             out.extend((CloseChannels(None), Resign()))
@@ -180,8 +181,10 @@ def run_item(state: ControllerState, item, out: list) -> ControllerState:
 
 
 def on_elected(state: ControllerState, event: Elected, out: list) -> ControllerState:
+    """A new term: the moves and throttles of any earlier one are forgotten; ZooKeeper's request (in the
+    snapshot) starts them again, so a move another controller finished or refused meanwhile is not kept."""
     state = evolve(state, active=True, epoch=event.epoch, epoch_version=event.epoch_version, pending=(),
-                   awaiting=None)
+                   awaiting=None, reassignments={}, throttles={})
     out.append(CloseChannels(None))  # queued under an older term
     out.append(Log("info", f"broker {state.broker_id} is the controller (epoch {state.epoch})"))
     return reload(state, event.snapshot, out)
@@ -214,7 +217,7 @@ def loaded_topics(state: ControllerState, topics: Mapping[str, TopicInfo], views
         for number, replicas in topic.assignment.items():
             lai = states.get((name, number))
             if lai is not None:  # else created without a state (should not happen): nothing to lead yet
-                views[(name, number)] = decide.partition_view(topic, name, number, replicas, lai, state)
+                views[(name, number)] = decide.partition_view(topic, name, number, replicas, lai)
     return topics, views
 
 
@@ -295,7 +298,10 @@ def on_topic_deletions(state: ControllerState, event: TopicDeletionsRequested, o
 def on_topic_configs(state: ControllerState, event: TopicConfigsChanged) -> ControllerState:
     if not state.active:
         return state
-    items = [ApplyTopicConfig(name, config if config is not None else {})
+    missing = [name for name in event.configs if name not in event.settings]
+    if missing:
+        raise InvariantViolation(f"controller: config change of {missing} without their settings")
+    items = [ApplyTopicConfig(name, config if config is not None else {}, event.settings[name])
              for name, config in event.configs.items() if name in state.topics]
     return _queue(state, *items, PushMetadata())
 
@@ -407,7 +413,7 @@ def run_apply_decisions(state: ControllerState, item: ApplyDecisions, out: list)
         decide.record_unclean_starts(item.record_unclean, state.views, set(), out)
         return state
     return _request(state, WritePartitionStates(state.epoch, state.epoch_version, item.decisions),
-                    AwaitingWrite(item.decisions, item.record_unclean, state.views), out)
+                    AwaitingWrite(item.decisions, item.record_unclean, state.views, item.if_written), out)
 
 
 def on_states_written(state: ControllerState, event: PartitionStatesWritten, out: list) -> ControllerState:
@@ -417,16 +423,19 @@ def on_states_written(state: ControllerState, event: PartitionStatesWritten, out
     state, changed = decide.take_write_results(evolve(state, awaiting=None), written.decisions, event.results, out)
     decide.send_leader_and_isr(state, changed, None, out)
     decide.record_unclean_starts(written.record_unclean, written.views_before, changed, out)
+    if all((d.topic, d.partition) in changed for d in written.decisions):
+        state = _queue(state, *written.if_written)
     return state
 
 
 def run_apply_topic_config(state: ControllerState, item: ApplyTopicConfig) -> ControllerState:
-    state = evolve(state, topics={**state.topics, item.name: replace(state.topics[item.name], config=item.config)})
-    settings = topic_settings(item.config, state.config)
+    state = evolve(state, topics={**state.topics, item.name: replace(state.topics[item.name], config=item.config,
+                                                                     settings=item.settings)})
     views, keys = dict(state.views), []
     for key, view in state.views.items():
         if key[0] == item.name:
-            views[key] = replace(view, **settings)
+            views[key] = replace(view, min_insync_replicas=item.settings.min_insync_replicas,
+                                 unclean_leader_election_enable=item.settings.unclean_leader_election_enable)
             keys.append(key)
     # An offline partition may now be electable (e.g. unclean election was enabled).
     return _queue(evolve(state, views=views), ElectOffline(tuple(keys)))
@@ -485,8 +494,10 @@ def run_complete_reassignments(state: ControllerState, item: CompleteReassignmen
         if decision is None:
             continue
         removed = tuple(r for r in view.replicas if r not in target)
-        return _queue(state, ApplyDecisions((decision,)),
-                      RequestAssignment(key, target, (), (), (CompletionApplied(key, target, removed),)),
+        # The final assignment only once the state write is accepted: if a leader's ISR write won the race,
+        # the move stays open and the next ISR change (that write sent one) tries to complete it again.
+        finish = RequestAssignment(key, target, (), (), (CompletionApplied(key, target, removed),))
+        return _queue(state, ApplyDecisions((decision,), if_written=(finish,)),
                       replace(item, remaining=remaining[index + 1:]))
     if not state.reassignments:
         out.append(ClearReassignment())  # every move named in it is done (or was refused)

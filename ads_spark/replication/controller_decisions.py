@@ -21,7 +21,7 @@ from ads_spark.replication.controller_events import (
     Log, RecordUncleanApplied, ReplyToRequest, SendLeaderAndIsr, SendUpdateMetadata, WriteRejected,
 )
 from ads_spark.replication.controller_state import (
-    ControllerState, Key, LogEnds, ReplyShutdown, TopicInfo, topic_settings,
+    ControllerState, Key, LogEnds, ReplyShutdown, TopicInfo,
 )
 from ads_spark.replication.election import Decision, PartitionView
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr, evolve
@@ -29,12 +29,13 @@ from ads_spark.replication.state import NO_LEADER, LeaderAndIsr, evolve
 # ---------------------------------------------------------------- views the decisions take
 
 
-def partition_view(topic: TopicInfo | None, name: str, number: int, replicas: Iterable[int], lai: LeaderAndIsr,
-                   state: ControllerState) -> PartitionView:
-    """The pure decision input for one partition, from its topic (config, observers) and state znode."""
-    observers = topic.observers.get(number, ()) if topic is not None else ()
-    return PartitionView(name, number, tuple(int(r) for r in replicas), tuple(int(r) for r in observers), lai,
-                         **topic_settings(topic.config if topic is not None else {}, state.config))
+def partition_view(topic: TopicInfo, name: str, number: int, replicas: Iterable[int],
+                   lai: LeaderAndIsr) -> PartitionView:
+    """The pure decision input for one partition, from its topic (settings, observers) and state znode."""
+    return PartitionView(name, number, tuple(int(r) for r in replicas),
+                         tuple(int(r) for r in topic.observers.get(number, ())), lai,
+                         min_insync_replicas=topic.settings.min_insync_replicas,
+                         unclean_leader_election_enable=topic.settings.unclean_leader_election_enable)
 
 
 def live_broker_epochs(state: ControllerState) -> dict[int, int]:
@@ -167,8 +168,7 @@ def take_write_results(state: ControllerState, decisions: tuple[Decision, ...], 
         view = views[key]
         if isinstance(result, WriteRejected):
             if result.current is not None:
-                views[key] = partition_view(state.topics.get(key[0]), key[0], key[1], view.replicas,
-                                                   result.current, state)
+                views[key] = partition_view(state.topics[key[0]], key[0], key[1], view.replicas, result.current)
             continue
         if not isinstance(result, int) or isinstance(result, bool):
             raise InvariantViolation(f"controller: write result {result!r} for {key}")

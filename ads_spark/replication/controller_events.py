@@ -29,6 +29,11 @@ How a shell drives the core (the contract):
   step returned: address it there (host, port; channel key (broker id, broker
   epoch)). Bodies are the dicts brokers receive on the wire; one body may be
   shared by several effects, so nothing may change them.
+* A topic's settings (``TopicSettings``: min.insync.replicas and
+  unclean.leader.election.enable as they apply) are worked out by the shell
+  from the topic's overrides with ``ads_spark.config.effective_topic_config``
+  over the broker's topic defaults, wherever it passes a topic or a config
+  (``TopicInfo``, ``TopicConfigsChanged``); the core never parses a config value.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Union
 
-from ads_spark.replication.controller_state import BrokerRegistration, Key, LogEnds, TopicInfo
+from ads_spark.replication.controller_state import BrokerRegistration, Key, LogEnds, TopicInfo, TopicSettings
 from ads_spark.replication.election import Decision
 from ads_spark.replication.state import LeaderAndIsr
 
@@ -47,9 +52,10 @@ from ads_spark.replication.state import LeaderAndIsr
 class Snapshot:
     """Everything a controller reads to take over (or to reload after its event queue overflowed).
 
-    ``topics``: per name of ``zk.topic_names()``, in that order, ``TopicInfo.from_dict(zk.read_topic(name))``
-    or None if it vanished. ``states``: each partition's state znode, read at its version
-    (``versioned.state.to_leader_and_isr(versioned.zk_version)``); one without a state is left out.
+    ``topics``: per name of ``zk.topic_names()``, in that order, ``TopicInfo.from_dict(zk.read_topic(name),
+    settings)`` (the settings its "config" comes to) or None if it vanished. ``states``: each partition's
+    state znode, read at its version (``versioned.state.to_leader_and_isr(versioned.zk_version)``); one
+    without a state is left out.
     ``unclean_applied``: ``zk.unclean_applied(b)`` for each live broker registered with clean_shutdown false.
     ``reassignment``: ``zk.reassignment()``.
     """
@@ -64,7 +70,8 @@ class Snapshot:
 @dataclass(frozen=True, slots=True)
 class Elected:
     """This broker won ``/controller`` (``zk.try_become_controller``) at ``epoch``; the shell set its watches
-    and then read ``snapshot``. The core closes old channels, reloads, and resumes any reassignment."""
+    and then read ``snapshot``. The core closes old channels, forgets the moves and throttles of any
+    earlier term, reloads, and starts the moves ZooKeeper's request names (``snapshot.reassignment``)."""
 
     epoch: int
     epoch_version: int
@@ -80,7 +87,8 @@ class Reloaded:
 
 @dataclass(frozen=True, slots=True)
 class LostLeadership:
-    """While active, ``/controller`` changed and names another broker (session loss?). Nothing is closed."""
+    """While active, ``/controller`` changed and names another broker (session loss?): the core closes every
+    channel (what they still queue was decided under the lost term) and drops its work in progress."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +135,11 @@ class TopicDeletionsRequested:
 @dataclass(frozen=True, slots=True)
 class TopicConfigsChanged:
     """``zk.take_config_change_notifications()`` read: name -> ``zk.read_topic_config(name)`` for each
-    notified name the state has a topic for (others may be left out), in notification order."""
+    notified name the state has a topic for (others may be left out), in notification order; ``settings``:
+    name -> the ``TopicSettings`` those overrides come to, for every name of ``configs``."""
 
     configs: Mapping[str, Mapping[str, Any]]
+    settings: Mapping[str, TopicSettings]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +207,8 @@ class LogEndsAnswered:
 
 @dataclass(frozen=True, slots=True)
 class TopicsRead:
-    """Answers ``ReadTopics``: per name a TopicInfo or None; the state znodes of their partitions."""
+    """Answers ``ReadTopics``: per name a TopicInfo (as in Snapshot.topics) or None; the state znodes of their
+    partitions."""
 
     topics: Mapping[str, TopicInfo | None]
     states: Mapping[Key, LeaderAndIsr]

@@ -9,8 +9,9 @@ trades with the shell are in ``controller_events``):
   plus the continuation: ``pending`` work items and the request it is
   ``awaiting`` an answer to. Its invariants sit beside the fields and are
   checked by ``check_invariants`` after every step.
-* ``ControllerConfig``: the broker defaults the decisions read, and
-  ``topic_settings``, the one place a topic's overrides are laid over them.
+* ``ControllerConfig``: the broker settings the controller's own decisions
+  read (the leader rebalance); ``TopicSettings``: a topic's min ISR and unclean
+  election, worked out by the shell (the core parses no config value).
 * ``BrokerRegistration`` / ``TopicInfo``: what ZooKeeper's broker and topic
   znodes said, as values (``from_dict`` takes the adapter's dicts).
 * The work items and continuations: why a handler that must write, ask or read
@@ -37,31 +38,36 @@ LogEnds = Mapping[Key, Mapping[int, LogEnd]]
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Broker defaults the controller's decisions read (Kafka's names, as the broker config has them)."""
+    """Broker settings the controller's own decisions read (Kafka's names, as the broker config has them).
 
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
+    A topic's min.insync.replicas and unclean.leader.election.enable are not here: they come worked out
+    per topic in ``TopicInfo.settings`` (the shell lays the overrides over the broker defaults)."""
+
     leader_imbalance_per_broker_percentage: int = 10
     auto_leader_rebalance_enable: bool = True
 
     @classmethod
     def from_broker_config(cls, config) -> "ControllerConfig":
-        """From the broker's config (``BrokerConfig`` or any mapping with these four keys)."""
-        return cls(int(config["min.insync.replicas"]), bool(config["unclean.leader.election.enable"]),
-                   int(config["leader.imbalance.per.broker.percentage"]),
-                   bool(config["auto.leader.rebalance.enable"]))
+        """From the broker's config (``BrokerConfig`` or any mapping with these two keys, values parsed)."""
+        return cls(config["leader.imbalance.per.broker.percentage"], config["auto.leader.rebalance.enable"])
 
 
-def topic_settings(config: Mapping[str, Any], defaults: ControllerConfig) -> dict[str, Any]:
-    """The settings a partition's decisions take: the topic's overrides over the broker defaults.
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """The topic configs a partition's decisions take, as they apply to the topic.
 
-    Returned under ``PartitionView``'s field names. ``unclean.leader.election.enable`` is true only for
-    the text 'true' in any case; an absent override takes the default.
+    Worked out by the shell: the topic's overrides laid over the broker defaults by
+    ``ads_spark.config.effective_topic_config``, the same function the broker's replicas use, so a
+    config value is parsed in one place and the core never parses one (it may not import
+    ``ads_spark.config``). Field names are ``PartitionView``'s.
     """
-    unclean = config.get("unclean.leader.election.enable")
-    return {"min_insync_replicas": int(config.get("min.insync.replicas", defaults.min_insync_replicas)),
-            "unclean_leader_election_enable": (bool(defaults.unclean_leader_election_enable) if unclean is None
-                                               else str(unclean).lower() == "true")}
+
+    min_insync_replicas: int
+    unclean_leader_election_enable: bool
+
+    def __post_init__(self) -> None:
+        if type(self.min_insync_replicas) is not int or type(self.unclean_leader_election_enable) is not bool:
+            raise InvariantViolation(f"controller: topic settings must come parsed, not {self!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,19 +101,22 @@ def live_from_dicts(brokers: Mapping[int, Mapping[str, Any]]) -> dict[int, Broke
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
     """A topic as ``zk.read_topic`` reads it. ``assignment`` is as loaded: a reassignment changes the
-    partition's view, not this (as before); ``config`` holds the topic's overrides only."""
+    partition's view, not this (as before); ``config`` holds the topic's overrides only, as ZooKeeper has
+    them (brokers are sent them as they are); ``settings`` is what they come to (see ``TopicSettings``)."""
 
     topic_id: str
     assignment: Mapping[int, tuple[int, ...]]
     observers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
+    settings: TopicSettings = field(kw_only=True)
 
     @classmethod
-    def from_dict(cls, topic: Mapping[str, Any]) -> "TopicInfo":
+    def from_dict(cls, topic: Mapping[str, Any], settings: TopicSettings) -> "TopicInfo":
+        """From ``zk.read_topic``'s dict and the settings its "config" comes to."""
         return cls(str(topic["topic_id"]),
                    {int(p): tuple(int(r) for r in replicas) for p, replicas in topic["assignment"].items()},
                    {int(p): tuple(int(r) for r in replicas) for p, replicas in (topic.get("observers") or {}).items()},
-                   dict(topic.get("config") or {}))
+                   dict(topic.get("config") or {}), settings=settings)
 
 
 # ---------------------------------------------------------------- work items (the continuation)
@@ -144,10 +153,12 @@ class ElectLeaders:
 
 @dataclass(frozen=True, slots=True)
 class ApplyDecisions:
-    """Write ``decisions`` (one fenced batch), keep those accepted, send them; then record unclean starts."""
+    """Write ``decisions`` (one fenced batch), keep those accepted, send them; then record unclean starts,
+    and run ``if_written`` next only if every decision was accepted."""
 
     decisions: tuple[Decision, ...]
     record_unclean: tuple[tuple[int, str | None], ...] = ()
+    if_written: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +185,12 @@ class Emit:
 
 @dataclass(frozen=True, slots=True)
 class ApplyTopicConfig:
-    """A topic's new overrides: into its views, then elect its offline partitions (now maybe electable)."""
+    """A topic's new overrides and what they come to: into the topic and its views, then elect its offline
+    partitions (now maybe electable)."""
 
     name: str
     config: Mapping[str, Any]
+    settings: TopicSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +271,7 @@ class AwaitingWrite:
     decisions: tuple[Decision, ...]
     record_unclean: tuple[tuple[int, str | None], ...]
     views_before: Mapping[Key, PartitionView]
+    if_written: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +315,7 @@ class ControllerState:
     # view.partition). Insertion order is load order (as the old controller's dict), kept by updates.
     views: Mapping[Key, PartitionView] = field(default_factory=dict)
     # Moves in progress: partition -> target replicas. A key may outlive its partition (topic deleted).
-    # Kept across terms of this broker, as before.
+    # Emptied at each Elected: a term starts its moves from ZooKeeper's request, not the last term's memory.
     reassignments: Mapping[Key, tuple[int, ...]] = field(default_factory=dict)
     throttles: Mapping[Key, int] = field(default_factory=dict)  # catch-up bytes/s; keys in reassignments
     elections: int = 0  # partition states this controller wrote accepted (leader or ISR changes)

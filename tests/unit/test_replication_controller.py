@@ -2,16 +2,25 @@
 
 ``run`` is a tiny shell: it steps an event, answers each request effect from
 ``FakeZk`` (in the core's own terms: LeaderAndIsr, TopicInfo) and steps the
-answer, and applies the fire-and-forget ZooKeeper effects to the fake.
+answer, and applies the fire-and-forget ZooKeeper effects to the fake. Topic
+settings come from the broker shell's ``topic_settings`` (over a real broker
+config's topic defaults), as the broker passes them.
 """
 
 import copy
+import threading
+import time
+import types
 from dataclasses import replace
 
 import pytest
 
+from ads_spark.broker.controller.controller import Controller
+from ads_spark.broker.controller.zk_reads import topic_settings
+from ads_spark.broker.zk.model import ControllerEpoch, PartitionStateZnode, StaleVersion, VersionedPartitionState
 from ads_spark.config import BrokerConfig
-from ads_spark.errors import ErrorCode, InvariantViolation
+from ads_spark.errors import ErrorCode, InvariantViolation, StaleControllerEpochError
+from ads_spark.protocol import wire
 from ads_spark.replication.controller import step
 from ads_spark.replication.controller_events import (
     REQUESTS, AskLogEnds, AssignmentWritten, BrokersChanged, ChannelOverflowed, ClearReassignment, CloseChannels,
@@ -22,9 +31,24 @@ from ads_spark.replication.controller_events import (
     WriteRejected, log_ends_found,
 )
 from ads_spark.replication.controller_state import (
-    BrokerRegistration, ControllerConfig, TopicInfo, initial_state, live_from_dicts, topic_settings,
+    BrokerRegistration, ControllerConfig, TopicInfo, TopicSettings, initial_state, live_from_dicts,
 )
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
+
+
+BROKER_CONFIG = {"broker.id": 1, "listeners": "127.0.0.1:9092", "zookeeper.connect": "zk:2181",
+                 "log.dirs": "/nonexistent"}
+DEFAULTS = BrokerConfig(BROKER_CONFIG).topic_defaults()
+
+
+def topic(topic_id, assign, observers=None, config=None):
+    config = dict(config or {})
+    return TopicInfo(topic_id, {p: tuple(r) for p, r in assign.items()}, dict(observers or {}), config,
+                     settings=topic_settings(DEFAULTS, config))
+
+
+def configs_changed(configs):
+    return TopicConfigsChanged(configs, {name: topic_settings(DEFAULTS, config) for name, config in configs.items()})
 
 
 def reg(b, epoch, clean=True, incarnation=None):
@@ -40,8 +64,8 @@ class FakeZk:
 
     def __init__(self, assign, brokers=(1, 2, 3), configs=None, states=None):
         self.live = {b: reg(b, 10 + b) for b in brokers}
-        self.topics = {name: TopicInfo(f"id-{name}", {p: tuple(r) for p, r in parts.items()}, {},
-                                       dict((configs or {}).get(name, {}))) for name, parts in assign.items()}
+        self.topics = {name: topic(f"id-{name}", parts, config=(configs or {}).get(name))
+                       for name, parts in assign.items()}
         self.states = {(name, p): lai(r[0], r) for name, parts in assign.items() for p, r in parts.items()}
         self.states.update(states or {})
         self.unclean_applied, self.reassignment, self.log_ends, self.races = {}, None, {}, {}
@@ -278,7 +302,7 @@ def test_elect_leaders_unclean_results_and_not_controller():
 def test_a_new_topic_is_read_then_led_and_announced():
     zk = FakeZk({"t": {0: (1, 2)}})
     state, _ = elected(zk)
-    zk.topics["u"] = TopicInfo("id-u", {0: (2, 3), 1: (4, 1)}, {1: (3,)}, {})
+    zk.topics["u"] = topic("id-u", {0: (2, 3), 1: (4, 1)}, {1: (3,)})
     zk.states.update({("u", 0): lai(2, (2, 3)), ("u", 1): lai(4, (4, 1))})  # broker 4 is not alive
     state, effects = step(state, TopicsChanged(("t", "u")))
     assert effects == [ReadTopics(("u",))] and state.awaiting is not None
@@ -307,24 +331,40 @@ def test_a_config_change_enabling_unclean_election_elects_an_offline_partition()
     del zk.live[1]
     state, _ = run(state, zk.changed_brokers(), zk)
     assert zk.states[("t", 0)].leader == NO_LEADER
-    state, effects = run(state, TopicConfigsChanged({"t": {"unclean.leader.election.enable": "TRUE"}}), zk)
+    state, effects = run(state, configs_changed({"t": {"unclean.leader.election.enable": "TRUE"}}), zk)
     assert state.views[("t", 0)].unclean_leader_election_enable and zk.states[("t", 0)].leader == 2
     assert of(effects, AskLogEnds) and effects[-1] == of(effects, SendUpdateMetadata)[-1]
 
 
-def test_topic_settings_lay_overrides_over_the_broker_defaults():
-    defaults = ControllerConfig(min_insync_replicas=2, unclean_leader_election_enable=True)
-    assert topic_settings({}, defaults) == {"min_insync_replicas": 2, "unclean_leader_election_enable": True}
-    assert topic_settings({"unclean.leader.election.enable": "yes", "min.insync.replicas": "3"}, defaults) == {
-        "min_insync_replicas": 3, "unclean_leader_election_enable": False}
-    assert topic_settings({"unclean.leader.election.enable": "True"}, ControllerConfig())[
-        "unclean_leader_election_enable"]
-    broker = BrokerConfig({"broker.id": 1, "listeners": "127.0.0.1:9092", "zookeeper.connect": "zk:2181",
-                           "log.dirs": "/nonexistent", "unclean.leader.election.enable": "true"})
-    assert ControllerConfig.from_broker_config(broker) == ControllerConfig(1, True, 10, True)
+def test_topic_settings_are_the_overrides_over_the_broker_topic_defaults_parsed_once():
+    defaults = BrokerConfig({**BROKER_CONFIG, "min.insync.replicas": 2,
+                             "unclean.leader.election.enable": "true"}).topic_defaults()
+    assert topic_settings(defaults, {}) == TopicSettings(2, True)
+    assert topic_settings(defaults, {"min.insync.replicas": "3", "unclean.leader.election.enable": " False "}) == \
+        TopicSettings(3, False)
+    assert topic_settings(DEFAULTS, {"unclean.leader.election.enable": "True"}) == TopicSettings(1, True)
+    # Invalid in ZooKeeper (written around the brokers): left out, not a failing controller.
+    assert topic_settings(defaults, {"unclean.leader.election.enable": "yes", "min.insync.replicas": "3",
+                                     "no.such.key": "1"}) == TopicSettings(3, True)
+    with pytest.raises(InvariantViolation):
+        TopicSettings("2", True)  # the core takes parsed values only
+    broker = BrokerConfig({**BROKER_CONFIG, "auto.leader.rebalance.enable": "false"})
+    assert ControllerConfig.from_broker_config(broker) == ControllerConfig(10, False)
     info = {"host": "h", "port": 1, "rack": "a", "metrics_port": 2, "clean_shutdown": False, "incarnation": "x",
             "broker_epoch": 9}
     assert live_from_dicts({3: info}) == {3: BrokerRegistration("h", 1, "a", 9, 2, False, "x")}
+
+
+def test_views_take_the_topic_settings_and_a_config_change_replaces_them():
+    zk = FakeZk({"t": {0: (1, 2)}, "u": {0: (2, 1)}}, configs={"t": {"min.insync.replicas": "2"}})
+    state, _ = elected(zk)
+    assert state.views[("t", 0)].min_insync_replicas == 2 and state.views[("u", 0)].min_insync_replicas == 1
+    state, effects = run(state, configs_changed({"t": {}, "u": {"unclean.leader.election.enable": "true"}}), zk)
+    assert state.views[("t", 0)].min_insync_replicas == 1 and state.views[("u", 0)].unclean_leader_election_enable
+    assert state.topics["u"].config == {"unclean.leader.election.enable": "true"}  # sent to brokers as it is
+    assert of(effects, SendUpdateMetadata)[0].body["partitions"][1]["config"] == state.topics["u"].config
+    with pytest.raises(InvariantViolation):
+        step(state, TopicConfigsChanged({"t": {}}, {}))  # a config without its settings
 
 
 def test_a_reassignment_begins_completes_stops_the_removed_replica_and_clears():
@@ -350,6 +390,56 @@ def test_a_reassignment_begins_completes_stops_the_removed_replica_and_clears():
     assert state.reassignments == {} and state.throttles == {} and zk.reassignment is None
 
 
+def test_a_new_term_takes_its_moves_from_zookeepers_request_not_the_last_terms():
+    zk = FakeZk({"t": {0: (1, 2), 1: (1, 2)}})
+    state, _ = elected(zk)
+    zk.reassignment = {"version": 1, "throttle_bytes_per_s": 1000,
+                       "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 3]}]}
+    state, _ = run(state, ReassignmentRequested(zk.reassignment), zk)
+    state, _ = step(state, LostLeadership())
+    assert state.reassignments == {("t", 0): (2, 3)}  # what the lost term knew; no longer true once another ran
+    # The request is still there when this broker wins again: the move begins again (its assignment written).
+    again, effects = run(state, Elected(6, 8, zk.snapshot()), zk)
+    assert again.reassignments == {("t", 0): (2, 3)} and again.throttles == {("t", 0): 1000}
+    assert [(w.replicas, w.adding) for w in of(effects, WriteAssignment)] == [((2, 3, 1), (3,))]
+    # Another controller finished it and cleared the request meanwhile: nothing of the old term is kept.
+    zk.reassignment = None
+    zk.topics["t"] = topic("id-t", {0: (2, 3), 1: (1, 2)})
+    zk.states[("t", 0)] = lai(2, (2, 3), leader_epoch=1, version=4)
+    state, effects = run(state, Elected(7, 9, zk.snapshot()), zk)
+    assert state.reassignments == {} and state.throttles == {}
+    assert all(p["throttle_bytes_per_s"] is None for e in of(effects, SendLeaderAndIsr) for p in e.body["partitions"])
+    state, effects = run(state, IsrChanged((("t", 0),), {("t", 0): zk.states[("t", 0)]}), zk)
+    assert not of(effects, WriteAssignment) and not of(effects, WritePartitionStates)
+
+
+def test_a_completion_whose_state_write_lost_a_race_keeps_the_move_open_and_retries():
+    zk = FakeZk({"t": {0: (1, 2)}})
+    state, _ = elected(zk)
+    zk.reassignment = {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 3]}]}
+    state, _ = run(state, ReassignmentRequested(zk.reassignment), zk)
+    zk.states[("t", 0)] = lai(1, (1, 2, 3), version=2)  # the leader admitted broker 3
+    zk.races[("t", 0)] = lai(1, (1, 2, 3), version=3)  # and wrote again just before the completion
+    state, effects = run(state, IsrChanged((("t", 0),), {("t", 0): zk.states[("t", 0)]}), zk)
+    assert of(effects, WritePartitionStates) and not of(effects, WriteAssignment)
+    assert len(zk.assignments) == 1 and not of(effects, ClearReassignment) and zk.reassignment is not None
+    assert state.reassignments == {("t", 0): (2, 3)} and state.views[("t", 0)].state == zk.states[("t", 0)]
+    assert state.views[("t", 0)].replicas == (2, 3, 1) and not of(effects, SendStopReplica)
+    state, effects = run(state, IsrChanged((("t", 0),), {("t", 0): zk.states[("t", 0)]}), zk)
+    assert zk.assignments[1].replicas == (2, 3) and zk.states[("t", 0)].leader == 2
+    assert state.reassignments == {} and zk.reassignment is None and of(effects, SendStopReplica)
+
+
+def test_losing_the_role_closes_every_channel_as_resigning_does():
+    zk = FakeZk({"t": {0: (1, 2)}})
+    state, _ = elected(zk)
+    lost, effects = step(state, LostLeadership())
+    assert effects[-1] == CloseChannels(None) and len(of(effects, CloseChannels)) == 1
+    assert "lost the controller role" in effects[0].message and not lost.active
+    _, effects = step(state, ControllerFailed("fenced"))
+    assert effects == [CloseChannels(None), Resign()]
+
+
 def test_only_the_awaited_answer_may_follow_a_request():
     zk = FakeZk({"t": {0: (1, 2)}})
     state, _ = elected(zk)
@@ -366,13 +456,13 @@ def test_only_the_awaited_answer_may_follow_a_request():
     failed, effects = step(waiting, ControllerFailed("fenced"))
     assert effects == [CloseChannels(None), Resign()] and not failed.active and failed.awaiting is None
     lost, effects = step(waiting, LostLeadership())
-    assert not lost.active and not lost.pending and not of(effects, CloseChannels)
+    assert not lost.active and not lost.pending and effects[-1] == CloseChannels(None)
 
 
 def test_an_inactive_controller_ignores_watches_and_refuses_requests():
     state = initial_state(1)
     for event in (BrokersChanged({}), TopicsChanged(("t",)), IsrChanged((), {}), TopicDeletionsRequested(("t",)),
-                  TopicConfigsChanged({}), ReassignmentRequested({"partitions": []}), RebalanceTick(),
+                  TopicConfigsChanged({}, {}), ReassignmentRequested({"partitions": []}), RebalanceTick(),
                   ChannelOverflowed(1)):
         assert step(state, event) == (state, [])
     _, effects = step(state, ControlledShutdownRequested("r", 2, 3))
@@ -401,7 +491,7 @@ def test_step_never_mutates_its_input_state():
     zk = FakeZk({"t": {0: (1, 2, 3), 1: (2, 3)}}, configs={"t": {"unclean.leader.election.enable": "true"}})
     state = initial_state(1)
     events = [lambda: Elected(5, 7, zk.snapshot()), lambda: BrokersChanged({b: zk.live[b] for b in (1,)}),
-              lambda: TopicConfigsChanged({"t": {}}), lambda: ElectLeadersRequested("r", "unclean", None),
+              lambda: configs_changed({"t": {}}), lambda: ElectLeadersRequested("r", "unclean", None),
               lambda: ReassignmentRequested({"partitions": [{"topic": "t", "partition": 1, "replicas": [1]}]})]
     for make in events:
         queue = [make()]
@@ -412,3 +502,180 @@ def test_step_never_mutates_its_input_state():
             state = new
             queue += [zk.answer(e) for e in effects if isinstance(e, REQUESTS)]
     assert state.views[("t", 1)].replicas == (1, 2, 3) and state.reassignments == {("t", 1): (1,)}
+
+
+# ---------------------------------------------------------------- the broker's shell around the core
+
+
+class AdapterZk:
+    """The ZkClient methods the controller shell calls, over dicts, in the adapter's own value types."""
+
+    def __init__(self, assign, brokers=(1, 2, 3), leaders=None, configs=None):
+        self.brokers = {b: {"host": "127.0.0.1", "port": 9000 + b, "rack": None, "metrics_port": None,
+                            "clean_shutdown": True, "incarnation": f"i{b}", "broker_epoch": 10 + b} for b in brokers}
+        self.topics = {name: {p: list(r) for p, r in parts.items()} for name, parts in assign.items()}
+        self.configs = dict(configs or {})
+        self.states = {(name, p): VersionedPartitionState(PartitionStateZnode((leaders or {}).get((name, p), r[0]), 0,
+                                                                              tuple(r)), 0)
+                       for name, parts in assign.items() for p, r in parts.items()}
+        self.holder, self.epoch, self.watches, self.calls = None, ControllerEpoch(4, 4), {}, []
+        self.fence_next_write, self.isr_notes = False, []
+
+    def __getattr__(self, name):
+        if name.startswith("watch_"):
+            return lambda callback: self.watches.__setitem__(name[len("watch_"):], callback)
+        raise AttributeError(name)
+
+    def controller_id(self):
+        return self.holder
+
+    def try_become_controller(self, broker_id):
+        if self.holder not in (None, broker_id):
+            return None
+        self.holder, self.epoch = broker_id, ControllerEpoch(self.epoch.epoch + 1, self.epoch.zk_version + 1)
+        return self.epoch
+
+    def resign_controller(self, broker_id):
+        self.calls.append(("resign", broker_id))
+        self.holder = None if self.holder == broker_id else self.holder
+
+    def live_brokers(self):
+        return {b: dict(info) for b, info in sorted(self.brokers.items())}
+
+    def topic_names(self):
+        return sorted(self.topics)
+
+    def read_topic(self, name):
+        if name not in self.topics:
+            return None
+        return {"topic_id": f"id-{name}", "assignment": {p: list(r) for p, r in self.topics[name].items()},
+                "observers": {}, "config": dict(self.configs.get(name, {}))}
+
+    def read_partition_states(self, keys):
+        return {key: self.states[key] for key in keys if key in self.states}
+
+    def write_partition_states(self, epoch, epoch_version, changes):
+        self.calls.append(("write", epoch, epoch_version, [(t, p) for t, p, _, _ in changes]))
+        if self.fence_next_write:
+            self.fence_next_write = False
+            raise StaleControllerEpochError("controller epoch superseded")
+        results = []
+        for t, p, znode, expected in changes:
+            current = self.states.get((t, p))
+            if current is None or current.zk_version != expected:
+                results.append(StaleVersion(t, p, expected, current))
+                continue
+            self.states[(t, p)] = VersionedPartitionState(znode, expected + 1)
+            results.append(expected + 1)
+        return results
+
+    def take_isr_change_notifications(self):
+        notes, self.isr_notes = sorted(self.isr_notes), []
+        return notes
+
+    def unclean_applied(self, broker_id):
+        return None
+
+    def reassignment(self):
+        return None
+
+
+class FakeConnections:
+    def __init__(self):
+        self.sent, self.lock = [], threading.Lock()
+
+    def call_action(self, host, port, action, body, timeout_ms=None):
+        with self.lock:
+            self.sent.append((port - 9000, action, body))
+        return {"error_code": 0, "partitions": []}
+
+    def close(self):
+        pass
+
+    def wait_for(self, count, timeout_s=5.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and len(self.sent) < count:
+            time.sleep(0.01)
+        with self.lock:
+            return list(self.sent)
+
+
+@pytest.fixture
+def shell(monkeypatch):
+    """``make(zk, broker_id=1)``: a Controller over ``zk`` whose channels send to a FakeConnections."""
+    connections, made = FakeConnections(), []
+    monkeypatch.setattr(Controller, "_new_connections", lambda self: connections)
+
+    def make(zk, broker_id=1, **config):
+        broker = types.SimpleNamespace(broker_id=broker_id, host="127.0.0.1", port=9000 + broker_id,
+                                       config=BrokerConfig({**BROKER_CONFIG, "broker.id": broker_id, **config}))
+        made.append(Controller(broker, zk))
+        return made[-1], connections
+
+    yield make
+    for controller in made:
+        controller.stop()
+
+
+def drain(controller):
+    """Run the controller's queued jobs on this thread, as its thread would."""
+    while not controller._events.empty():
+        controller._events.get_nowait()[1]()
+
+
+def test_the_shell_wins_reads_zookeeper_steps_the_core_and_carries_out_its_effects(shell):
+    zk = AdapterZk({"t": {0: (1, 2), 1: (3, 1, 2)}}, brokers=(1, 2), configs={"t": {"min.insync.replicas": "2"}})
+    controller, connections = shell(zk)
+    controller._elect()
+    assert controller.active and controller.epoch == 5 and zk.holder == 1
+    assert set(zk.watches) == {"brokers", "topics", "isr_changes", "topic_deletions", "config_changes",
+                               "reassignment", "controller"}
+    assert zk.calls == [("write", 5, 5, [("t", 1)])]  # broker 3 was not registered: it led nothing since
+    assert zk.states[("t", 1)].state.leader == 1 and controller.elections == 1 and controller.election_seconds > 0
+    assert controller.state.views[("t", 0)].min_insync_replicas == 2 and controller.offline_partition_count() == 0
+    sent = connections.wait_for(5)
+    assert {(b, action) for b, action, _ in sent} == {(b, a) for b in (1, 2) for a in (
+        wire.ACTION_LEADER_AND_ISR, wire.ACTION_UPDATE_METADATA)}
+    assert {body["broker_epoch"] for b, action, body in sent if action == wire.ACTION_LEADER_AND_ISR} == {11, 12}
+    # A watch only queues; the controller thread reads ZooKeeper and steps what it read.
+    del zk.brokers[2]
+    zk.watches["brokers"]()
+    assert zk.calls[1:] == []
+    drain(controller)
+    assert zk.calls[1] == ("write", 5, 5, [("t", 0), ("t", 1)])
+    assert zk.states[("t", 0)].state.isr == (1,) and controller.state.live.keys() == {1}
+
+
+def test_a_failed_effect_skips_the_rest_resigns_and_runs_the_election_again(shell):
+    zk = AdapterZk({"t": {0: (1, 2)}})
+    controller, connections = shell(zk)
+    controller._elect()
+    zk.fence_next_write = True
+    del zk.brokers[2]
+    zk.watches["brokers"]()
+    drain(controller)
+    assert ("resign", 1) in zk.calls and controller.active and controller.epoch == 6  # won again
+    assert zk.calls[-1] == ("write", 6, 6, [("t", 0)])  # the new term's own pass
+    lost = AdapterZk({"t": {0: (1, 2)}})
+    lost.holder = 2
+    standby, _ = shell(lost)
+    standby._elect()
+    assert not standby.active and set(lost.watches) == {"controller"}  # a standby takes no notifications
+
+
+def test_admin_requests_are_stepped_on_the_controller_thread_and_wait_for_the_reply(shell):
+    zk = AdapterZk({"t": {0: (2, 1), 1: (2, 3)}}, leaders={("t", 0): 1})
+    controller, _ = shell(zk)
+    assert controller.request_controlled_shutdown(2, 12, False, 1.0)["error_code"] == ErrorCode.NOT_CONTROLLER
+    controller.start()
+    deadline = time.monotonic() + 5
+    while not controller.active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    answer = controller.request_elect_leaders("preferred", [("t", 0), ("nope", 0)], 5.0)
+    assert [p["error_code"] for p in answer["partitions"]] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert zk.states[("t", 0)].state.leader == 2
+    answer = controller.request_controlled_shutdown(2, 12, False, 5.0)
+    assert answer == {"error_code": 0, "partitions_remaining": [], "refused": []}
+    assert zk.states[("t", 0)].state.leader == 1 and zk.states[("t", 1)].state.leader == 3
+    assert controller.request_controlled_shutdown(2, 99, False, 5.0)["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+    assert not controller._waiting  # every request answered and forgotten
