@@ -1,5 +1,5 @@
 """KIP-966's unclean recovery on a real cluster: an unclean election takes the live replica whose log holds
-the most, not the first one in assignment order (controller_candidates.py)."""
+the most, not the first one in assignment order (the controller core asks them: replication/controller.py, broker/controller/effects.py)."""
 
 from __future__ import annotations
 

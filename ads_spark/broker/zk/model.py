@@ -1,6 +1,6 @@
 """The values stored in ZooKeeper and the paths they live at (docs/DESIGN.md, section ZooKeeper).
 
-Everything the ZooKeeper adapter (``zk.py``, ``zk_topics.py``) reads or writes
+Everything the ZooKeeper adapter (``client.py``, ``topics.py``) reads or writes
 is named and encoded here, so the layout is defined in one place and the
 adapter modules hold only I/O. All paths are relative to the chroot (``/ads``
 by default). Values are JSON, except ``/controller_epoch`` (a plain integer).
