@@ -2,7 +2,8 @@
 
 The controller pushes it (``update_metadata``); every broker answers clients'
 metadata requests from it, so a client can bootstrap from any broker. Updates
-carrying an older controller epoch than the last one applied are rejected, so a
+carrying an older controller epoch than the last one applied are rejected (the
+rule of ``replication/fencing.py``, which the control handlers apply too), so a
 deposed controller cannot roll the cache back.
 """
 
@@ -12,7 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ads_spark.errors import StaleControllerEpochError
+from ads_spark.errors import error_for
+from ads_spark.replication import fencing
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,10 @@ class MetadataCache:
     def apply_update(self, request: dict[str, Any]) -> None:
         epoch = int(request.get("controller_epoch", -1))
         with self.lock:
-            if epoch < self.controller_epoch:
-                raise StaleControllerEpochError(
-                    f"metadata from controller epoch {epoch}, already applied {self.controller_epoch}"
-                )
-            self.controller_epoch = epoch
+            verdict = fencing.check_control_request(self.controller_epoch, epoch)
+            if not verdict.obeyed:
+                raise error_for(verdict.error, f"metadata refused: {verdict.message}")
+            self.controller_epoch = verdict.controller_epoch
             self.controller_id = int(request.get("controller_id", -1))
             if "brokers" in request:
                 self.brokers = {b.broker_id: b for b in map(BrokerInfo.from_json, request["brokers"])}

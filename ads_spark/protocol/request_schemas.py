@@ -387,7 +387,9 @@ ACTION_SCHEMAS: dict[str, Obj] = {
     "alter_partition_reassignments": Obj({
         "version": optional(Int(1, 1)), "partitions": required(_partitions(_REASSIGNMENT, min_items=1)),
         "throttle_bytes_per_s": optional(Int(1, INT64_MAX))}),
+    # broker_epoch: the target's registration the controller addressed it to (KIP-380); absent: not checked.
     "leader_and_isr": Obj({"controller_id": optional(BROKER_ID), "controller_epoch": required(EPOCH),
+                           "broker_epoch": optional(BROKER_EPOCH),
                            "partitions": required(_partitions(_LEADER_AND_ISR_PARTITION)),
                            "brokers": optional(_BROKERS)}),
     "update_metadata": Obj({"controller_id": optional(BROKER_ID), "controller_epoch": required(EPOCH),

@@ -22,6 +22,8 @@ Map of the package (each module says what it owns):
 * ``election``  the controller's choices: leader election (ISR, ELR, unclean),
                 batched broker-failure handling, preferred leader, controlled
                 shutdown.
+* ``fencing``   whether a broker obeys a controller request: controller epoch
+                and broker epoch (KIP-380).
 * ``assignment`` replica placement (owned by another engineer).
 
 Nothing here imports sockets, threads, time, random, files, kazoo or Flight

@@ -39,6 +39,12 @@ are not checked against it (a stale replica keeps old records below its HW
 until it truncates; a leader cut off from ZooKeeper may still acknowledge in
 its old epoch: both by design). Everything committed after the election is
 checked as before, until the next unclean election.
+
+How it sees the run (cluster.py): the simulated broker calls ``on_state`` with a
+partition's state after every call into its ``Partition`` shell (``fresh`` when a
+process starts), ``on_data_removed`` when the log truncates (``SimLog.on_removed``)
+and when a crash loses an unflushed tail; the controller calls ``on_election``;
+clients call ``on_ack`` and ``on_consume``. It reads logs' record ids directly.
 """
 
 from __future__ import annotations
@@ -99,7 +105,7 @@ class Checker:
         committed = []
         if leader is not None:
             disk = leader.disks[p]
-            committed = list(disk.rids[:min(leader.states[p].high_watermark, disk.end_offset)])
+            committed = list(disk.rids[:min(leader.states[p].high_watermark, disk.log_end_offset)])
         self.reference[p] = committed
         self.seen_rids[p] = set(committed)
         self.unreconciled |= {(b, p) for b in self.cluster.brokers if b != leader_id}
@@ -137,7 +143,7 @@ class Checker:
         """Whether a replica that held records of the history before an unclean election now agrees with the
         new one below its HW (it has truncated what it must); from then on it is checked as any other."""
         disk, ref = broker.disks[p], self.reference.get(p, [])
-        end = min(hw, disk.end_offset)
+        end = min(hw, disk.log_end_offset)
         # Above the history so far it could only add records nobody has checked (seed 1587: a follower back
         # from a crash with the old history's HW): it waits until the leader's HW has passed its own.
         if end > len(ref) or any(disk.rids[o] != ref[o] for o in range(end)):
@@ -153,7 +159,7 @@ class Checker:
         ref = self.reference.setdefault(p, [])
         seen = self.seen_rids.setdefault(p, set())
         start = self.checked_upto.get((broker.id, p), 0)
-        for o in range(start, min(hw, disk.end_offset)):
+        for o in range(start, min(hw, disk.log_end_offset)):
             rid = disk.rids[o]
             if o < len(ref):
                 if ref[o] != rid:
@@ -166,7 +172,7 @@ class Checker:
                 seen.add(rid)
                 ref.append(rid)
         if hw > start:
-            self.checked_upto[(broker.id, p)] = max(start, min(hw, disk.end_offset))
+            self.checked_upto[(broker.id, p)] = max(start, min(hw, disk.log_end_offset))
 
     def on_data_removed(self, broker, p: int, new_end: int, cause: str, below_hw: bool = False) -> None:
         key = (broker.id, p)
@@ -178,7 +184,7 @@ class Checker:
         ref = self.reference.get(p, [])
         for o in range(new_end, len(ref)):
             holders = [b.id for b in self.cluster.brokers.values()
-                       if b.disks[p].end_offset > o and b.disks[p].rids[o] == ref[o]]
+                       if b.disks[p].log_end_offset > o and b.disks[p].rids[o] == ref[o]]
             if not holders:
                 if cause == "crash":
                     self.voided.add(p)
@@ -209,7 +215,7 @@ class Checker:
         if leader is not None:
             for m, disk in self._synced_members(p, leader):
                 last = base_offset + len(rids) - 1
-                if disk.end_offset <= last or disk.rids[last] != rids[-1]:
+                if disk.log_end_offset <= last or disk.rids[last] != rids[-1]:
                     self.fail("acked records on every ISR member", f"p{p} offset {last} missing on broker {m}")
 
     def _synced_members(self, p: int, leader):
@@ -234,13 +240,13 @@ class Checker:
             if self._stale(p, leader.leader_epoch):
                 continue
             for m, disk in self._synced_members(p, leader):
-                if disk.end_offset < leader.high_watermark:
+                if disk.log_end_offset < leader.high_watermark:
                     self.fail("HW <= LEO of every ISR member",
-                              f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.end_offset} of {m}")
+                              f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.log_end_offset} of {m}")
             for m, disk in electable.get(p, ()):
-                if disk.end_offset < leader.high_watermark:
+                if disk.log_end_offset < leader.high_watermark:
                     self.fail("every replica the controller may elect cleanly holds the committed records",
-                              f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.end_offset} "
+                              f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.log_end_offset} "
                               f"of ISR member {m} in ZooKeeper")
 
     def _electable_members(self) -> dict:
@@ -272,7 +278,7 @@ class Checker:
         # A replica that has not truncated what an unclean election dropped still serves it up to its old HW,
         # as a Kafka follower does before its first fetch in the new epoch: part of what the election lost.
         unchecked = p in self.voided or self._stale(p, state.leader_epoch) or (broker.id, p) in self.unreconciled
-        for o in range(start, min(end_exclusive, disk.end_offset)):
+        for o in range(start, min(end_exclusive, disk.log_end_offset)):
             self.consumed += 1
             if not unchecked and (o >= len(ref) or ref[o] != disk.rids[o]):
                 self.fail("consumers see only committed records", f"p{p} offset {o} on broker {broker.id}")

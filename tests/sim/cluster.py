@@ -1,8 +1,15 @@
 """Brokers, controller and the cluster object that the runner and the scenarios drive.
 
-The broker here is deliberately what the real broker must be: it owns one
-``PartitionState`` per partition, feeds every input to ``partition.step``, and
-carries out the returned effects in order. ``Cluster`` holds the shared model
+The broker here runs the real broker's partition shell: one ``Partition``
+(broker/replica/partition.py) per partition over the simulated disk (disk.py),
+which feeds every input to ``partition.step`` under its lock and executes the
+effects. ``SimBroker`` keeps only what the environment does around it: it
+delivers messages as the broker's handlers and fetcher would (control requests
+fenced by ``replication/fencing.py``), keeps one fetch in flight per partition,
+holds the ZooKeeper session and registration, flushes and checkpoints on the
+model's clock, and crashes and restarts. After every call into a ``Partition`` it
+reads the new state and shows it to the checker; truncations reach the checker
+through the log (``SimLog.on_removed``). ``Cluster`` holds the shared model
 (network, ZooKeeper, clock) and exposes the fault actions.
 """
 
@@ -12,15 +19,19 @@ import itertools
 import random
 from dataclasses import dataclass
 
+from ads_spark.broker.replica.partition import Partition, PartitionRole
 from ads_spark.errors import ErrorCode
-from ads_spark.replication import dedupe, election, epochs
-from ads_spark.replication import partition as core
-from ads_spark.replication.state import BatchInfo, LeaderAndIsr, PartitionConfig, Role
+from ads_spark.replication import election, fencing
+from ads_spark.replication.state import LeaderAndIsr, PartitionConfig, PartitionState, Role
 
+from tests.sim.disk import SimBatch, SimDisk
 from tests.sim.model import (
-    CLIENT, FETCH_TIMEOUT_MS, METADATA_RESEND_MS, DiskLog, FetchReq, FetchResp, LeaderAndIsrMsg, ProduceReq,
+    CLIENT, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, METADATA_RESEND_MS, FetchReq, FetchResp, LeaderAndIsrMsg, ProduceReq,
     ProduceResp, SimNet, SimZk, ZkWrite,
 )
+
+PRODUCE_TIMEOUT_MS = 200  # the produce request's timeout_ms
+MAX_MESSAGE_BYTES = 1 << 20
 
 
 @dataclass
@@ -38,6 +49,8 @@ class SimConfig:
 
 
 class SimBroker:
+    """One broker: its disk (survives crashes), its process (``partitions``, session, registration: not)."""
+
     def __init__(self, cluster: "Cluster", broker_id: int):
         self.c = cluster
         self.id = broker_id
@@ -47,30 +60,43 @@ class SimBroker:
         self.session: int | None = None
         self.broker_epoch = -1  # from the registration znode; -1 until registered
         self.controller_epoch_seen = 0
-        self.disks: dict[int, DiskLog] = {p: DiskLog() for p in range(cluster.cfg.partitions)}
-        self.states: dict[int, object] = {}
-        self.payloads: dict[int, tuple[int, ...]] = {}  # produce req_id -> record ids, until appended
+        self.disk = SimDisk(broker_id, cluster.cfg.partitions)
+        for p, partition_log in self.disk.logs.items():
+            partition_log.on_removed = lambda end, cause, p=p: self._removed(p, end, cause)
+        self.partitions: dict[int, Partition] = {}
+        # Each partition's state as last read after a call into it (so, during a call, the state before it).
+        self.states: dict[int, PartitionState] = {}
         self.fetch_sent_ms: dict[int, int] = {}
         self.last_flush_ms = 0
+        # Produce answers a call gave, sent after it: the shell answers produces before it sends ISR writes,
+        # this model always sent them after (the core's effect order), and keeping that order of network
+        # sends keeps every seed's schedule the one it always was.
+        self._answers: list[tuple[int, int, Exception | None]] = []
         self.recover()
+
+    @property
+    def disks(self):
+        """The partition logs (the checker reads their record ids)."""
+        return self.disk.logs
 
     # --- life cycle
     def recover(self) -> None:
-        for p, disk in self.disks.items():
-            self.states[p] = core.initial_state(
-                "t", p, self.id, self.c.pconfig, log_end_offset=disk.end_offset,
-                high_watermark_checkpoint=disk.hw_checkpoint,
-                epoch_pairs=tuple(epochs.rebuild(disk.batches).as_pairs()),
-                producers=dedupe.rebuild(disk.batches))
-            self.c.checker.on_state(self, p, self.states[p], fresh=True)
+        """Start the process: each partition recovers from the disk as the real broker's does."""
+        for p, partition_log in self.disk.logs.items():
+            partition = Partition("t", p, "sim", partition_log, self.disk.epoch_files[p], self.id, self.c.pconfig,
+                                  high_watermark_checkpoint=self.disk.high_watermarks.get(p, 0),
+                                  isr_sender=self._send_isr, producer_snapshots=self.disk.producer_snapshots[p])
+            self.partitions[p] = partition
+            self.states[p] = partition.state
+            self.c.checker.on_state(self, p, partition.state, fresh=True)
         self.fetch_sent_ms = {}
-        self.payloads = {}
+        self._answers = []
 
     def crash(self) -> None:
         self.alive = False
-        for p, disk in self.disks.items():
-            disk.crash()
-            self.c.checker.on_data_removed(self, p, disk.end_offset, cause="crash")
+        self.disk.crash()
+        for p, partition_log in self.disk.logs.items():
+            self.c.checker.on_data_removed(self, p, partition_log.log_end_offset, cause="crash")
         self.session = None
         self.broker_epoch = -1
         self.started_clean = False  # the next process starts after an unclean shutdown
@@ -99,91 +125,125 @@ class SimBroker:
             else:
                 self.broker_epoch = -1
 
-    # --- the one place the core is driven
-    def apply(self, p: int, event) -> None:
-        state, effects = core.step(self.states[p], event)
-        self.states[p] = state
-        for eff in effects:
-            self.execute(p, eff)
-        self.c.checker.on_state(self, p, state)
+    # --- around every call into a Partition
+    def _after(self, p: int) -> None:
+        """Read the partition's new state, send the produce answers its call gave, show the checker a change.
 
-    def execute(self, p: int, eff) -> None:
-        c, disk, now = self.c, self.disks[p], self.c.now
-        match eff:
-            case core.AppendAsLeader():
-                rids = self.payloads.pop(eff.request_id)
-                meta = c.requests[eff.request_id]
-                disk.append(BatchInfo(eff.base_offset, eff.record_count, eff.leader_epoch, meta.pid, meta.pepoch,
-                                      meta.seq), rids)
-            case core.AppendFetched():
-                for info in eff.batches:
-                    disk.append(info, self._fetched[info.base_offset])
-            case core.Truncate():
-                disk.truncate(eff.end_offset_exclusive)
-                c.checker.on_data_removed(self, p, eff.end_offset_exclusive, cause="truncate",
-                                          below_hw=eff.below_high_watermark)
-            case core.ProduceCompleted():
-                meta = c.requests.get(eff.request_id)
-                if meta is not None and meta.acks != 0:
-                    c.net.send(now, self.id, CLIENT, ProduceResp(eff.request_id, eff.error, eff.base_offset,
-                                                                   self.states[p].leader_epoch))
-                self.payloads.pop(eff.request_id, None)
-            case core.ReplyFetch():
-                batches = () if eff.error is not ErrorCode.NONE or eff.diverging_epoch else tuple(
-                    disk.read(eff.fetch_offset, eff.read_end_offset_exclusive))
-                rids = tuple(tuple(disk.rids[b.base_offset:b.next_offset]) for b in batches)
-                resp = core.FetchResponse(eff.leader_epoch, eff.fetch_offset, eff.last_fetched_epoch, eff.error,
-                                          eff.high_watermark, eff.log_start_offset, batches, eff.diverging_epoch)
-                target = c.brokers[eff.replica_id]
-                c.net.send(now, self.id, eff.replica_id, FetchResp(p, resp, rids), target.incarnation)
-            case core.ProposeIsr():
-                c.net.send(now, self.id, self.id, ZkWrite(p, eff.proposed, eff.expected_partition_epoch),
-                           self.incarnation)
-            case _:
-                pass  # HighWatermarkChanged, EpochCacheChanged, LeaderAndIsrRefused: nothing to do here
+        The core returns the very same state object when an event changes nothing (most ticks), and the
+        checker has judged that one: it is shown only states it has not seen."""
+        state = self.partitions[p].state
+        changed = state is not self.states[p]
+        self.states[p] = state
+        if self._answers:
+            answers, self._answers = self._answers, []
+            for req_id, base, failure in answers:
+                error = ErrorCode.NONE if failure is None else failure.code
+                self.c.net.send(self.c.now, self.id, CLIENT, ProduceResp(req_id, error, base, state.leader_epoch))
+        if changed:
+            self.c.checker.on_state(self, p, state)
+
+    def _removed(self, p: int, new_end: int, cause: str) -> None:
+        # Called during a Partition call, so ``states[p]`` is still the state before it.
+        self.c.checker.on_data_removed(self, p, new_end, cause=cause,
+                                       below_hw=new_end < self.states[p].high_watermark)
+
+    def _send_isr(self, partition: Partition, proposal) -> None:
+        """The shell's ISR sender: the write travels to ZooKeeper (``_zk_write``) and its answer back."""
+        self.c.net.send(self.c.now, self.id, self.id,
+                        ZkWrite(partition.partition, proposal.proposed, proposal.expected_partition_epoch),
+                        self.incarnation)
 
     # --- inputs
     def receive(self, src: int, msg) -> None:
-        now = self.c.now
         match msg:
             case LeaderAndIsrMsg():
-                if msg.controller_epoch < self.controller_epoch_seen or msg.broker_epoch != self.broker_epoch:
-                    return  # stale controller, or meant for another incarnation of this broker
-                self.controller_epoch_seen = msg.controller_epoch
-                ev = core.BecomeLeader if msg.lai.leader == self.id else core.BecomeFollower
-                if msg.lai.leader != self.id and self.id not in msg.replicas:
-                    return
-                self.apply(msg.p, ev(msg.lai, msg.replicas, (), now))
-                self.fetch_sent_ms.pop(msg.p, None)
+                self._leader_and_isr(msg)
             case FetchReq():
-                self.apply(msg.p, core.FollowerFetch(msg.replica, msg.broker_epoch, msg.current_leader_epoch,
-                                                     msg.fetch_offset, msg.last_fetched_epoch, now))
+                self._follower_fetch(msg)
             case FetchResp():
-                self.fetch_sent_ms.pop(msg.p, None)
-                self._fetched = {b.base_offset: r for b, r in zip(msg.resp.batches, msg.rids)}
-                self.apply(msg.p, core.FetchResponse(**{**_fields(msg.resp), "now_ms": now}))
+                self._fetch_response(msg)
             case ProduceReq():
-                self.payloads[msg.req_id] = msg.rids
-                self.apply(msg.p, core.Produce(msg.req_id, msg.acks, len(msg.rids), 200, now, msg.pid, msg.pepoch,
-                                               msg.seq))
-                self.payloads.pop(msg.req_id, None)
+                self._produce(msg)
             case ZkWrite():
                 self._zk_write(msg)
 
-    def _zk_write(self, msg: ZkWrite) -> None:
-        now, zk = self.c.now, self.c.zk
-        if not self.zk_reachable() or self.session not in zk.sessions:
-            self.apply(msg.p, core.IsrUpdateRejected(None, now))
+    def _leader_and_isr(self, msg: LeaderAndIsrMsg) -> None:
+        """As the control handler: fence (KIP-380), then hand the partition its role."""
+        verdict = fencing.check_control_request(self.controller_epoch_seen, msg.controller_epoch,
+                                                request_broker_epoch=msg.broker_epoch,
+                                                current_broker_epoch=self.broker_epoch)
+        if not verdict.obeyed:
+            return  # stale controller, or meant for another incarnation of this broker
+        self.controller_epoch_seen = verdict.controller_epoch
+        lai = msg.lai
+        self._apply_role(msg.p, PartitionRole(lai.leader, lai.leader_epoch, lai.partition_epoch, tuple(lai.isr),
+                                              tuple(msg.replicas), (), tuple(lai.elr)))
+
+    def apply_leader_and_isr_entry(self, entry) -> None:
+        """One partition of a fenced leader_and_isr body (wire form), read as control_handlers reads it."""
+        role = PartitionRole(leader_id=entry["leader"], leader_epoch=entry["leader_epoch"],
+                             partition_epoch=entry.get("partition_epoch", -1), isr=tuple(entry["isr"]),
+                             replicas=tuple(entry["replicas"]), observers=tuple(entry.get("observers") or ()),
+                             elr=tuple(entry.get("elr") or ()))
+        self._apply_role(int(entry["partition"]), role)
+
+    def _apply_role(self, p: int, role: PartitionRole) -> None:
+        if self.id not in role.replicas and self.id not in role.observers:
+            return  # the real handler stops (and deletes) the replica; assignments never change here
+        self.partitions[p].apply_leader_and_isr(role, self.c.now)
+        self._after(p)
+        self.fetch_sent_ms.pop(p, None)  # a new role: the fetcher asks at once
+
+    def _follower_fetch(self, msg: FetchReq) -> None:
+        """As the data handler answers a follower: the core decides, then what it says is read and sent."""
+        c, request, partition = self.c, msg.request, self.partitions[msg.p]
+        reply = partition.on_follower_fetch(msg.replica, msg.broker_epoch, request.current_leader_epoch,
+                                            request.fetch_offset, request.last_fetched_epoch, c.now)
+        self._after(msg.p)
+        meta = {"error_code": int(reply.error), "high_watermark": reply.high_watermark,
+                "log_start_offset": reply.log_start_offset, "leader_epoch": reply.leader_epoch}
+        batches: list = []
+        if reply.error is ErrorCode.NONE and reply.diverging_epoch is not None:
+            meta["diverging_epoch"] = {"epoch": reply.diverging_epoch[0], "end_offset": reply.diverging_epoch[1]}
+        elif reply.error is ErrorCode.NONE:
+            budget = partition.replication_budget(msg.replica, FETCH_MAX_BYTES, c.now / 1000)
+            batches = partition.read(request.fetch_offset, reply.read_end_offset_exclusive, budget, as_messages=True)
+        c.net.send(c.now, self.id, msg.replica, FetchResp(msg.p, request, meta, tuple(batches)),
+                   c.brokers[msg.replica].incarnation)
+
+    def _fetch_response(self, msg: FetchResp) -> None:
+        """As the fetcher: an error other than out-of-range is backed off from (here: asked again next tick)."""
+        self.fetch_sent_ms.pop(msg.p, None)
+        code = msg.meta["error_code"]
+        if code and code != ErrorCode.OFFSET_OUT_OF_RANGE:
             return
-        if zk.cond_write(msg.p, msg.proposed, msg.expected):
-            self.apply(msg.p, core.IsrUpdateAccepted(zk.partitions[msg.p], now))
+        self.partitions[msg.p].apply_fetch_response(msg.request, msg.meta, msg.batches, self.c.now)
+        self._after(msg.p)
+
+    def _produce(self, msg: ProduceReq) -> None:
+        def complete(base: int, failure: Exception | None, req_id: int = msg.req_id) -> None:
+            self._answers.append((req_id, base, failure))
+
+        self.partitions[msg.p].produce(SimBatch(msg.rids), acks=msg.acks, timeout_ms=PRODUCE_TIMEOUT_MS,
+                                       max_message_bytes=MAX_MESSAGE_BYTES, now_ms=self.c.now,
+                                       producer=(msg.pid, msg.pepoch, msg.seq), complete=complete)
+        self._after(msg.p)
+
+    def _zk_write(self, msg: ZkWrite) -> None:
+        now, zk, partition = self.c.now, self.c.zk, self.partitions[msg.p]
+        if not self.zk_reachable() or self.session not in zk.sessions:
+            partition.on_isr_answer(None, None, now)
+        elif zk.cond_write(msg.p, msg.proposed, msg.expected):
+            partition.on_isr_answer(zk.partitions[msg.p], None, now)
         else:
-            self.apply(msg.p, core.IsrUpdateRejected(zk.partitions[msg.p], now))
+            partition.on_isr_answer(None, zk.partitions[msg.p], now)
+        self._after(msg.p)
 
     def tick(self, now: int) -> None:
-        for p in self.states:
-            self.apply(p, core.Tick(now))
-            req = core.fetch_request(self.states[p])
+        for p, partition in self.partitions.items():
+            partition.tick(now)
+            self._after(p)
+            req = partition.fetch_request()
             if req is None or self.broker_epoch < 0:
                 continue
             sent = self.fetch_sent_ms.get(p)
@@ -192,17 +252,18 @@ class SimBroker:
             self.fetch_sent_ms[p] = now
             leader = self.c.brokers.get(req.leader)
             if leader is not None:
-                self.c.net.send(now, self.id, req.leader, FetchReq(p, self.id, self.broker_epoch,
-                                req.current_leader_epoch, req.fetch_offset, req.last_fetched_epoch),
+                self.c.net.send(now, self.id, req.leader, FetchReq(p, self.id, self.broker_epoch, req),
                                 leader.incarnation)
         if now - self.last_flush_ms >= self.c.cfg.flush_every_ms:
-            self.last_flush_ms = now
-            for p, disk in self.disks.items():
-                disk.flush(self.states[p].high_watermark)
+            self.checkpoint(now)
 
-
-def _fields(resp: core.FetchResponse) -> dict:
-    return {f: getattr(resp, f) for f in resp.__dataclass_fields__}
+    def checkpoint(self, now: int) -> None:
+        """The broker's periodic flush and checkpoints: logs fsynced, HWs and producer tables written."""
+        self.last_flush_ms = now
+        for p, partition in self.partitions.items():
+            partition.log.flush()
+            self.disk.high_watermarks[p] = partition.high_watermark
+            partition.write_producer_snapshot()
 
 
 class SimController:

@@ -1,4 +1,4 @@
-"""A seeded, single-threaded model of an ADS cluster that runs the REAL replication core.
+"""A seeded, single-threaded model of an ADS cluster that runs the REAL replication core and broker shell.
 
 Everything a real cluster has that can fail is modelled, small and bounded:
 
@@ -13,9 +13,12 @@ Everything a real cluster has that can fail is modelled, small and bounded:
   crash, and names it (incarnation); a persistent note records whose unclean
   start a controller applied (``election.unclean_starts_to_apply``), so a
   process's later registrations (expired sessions) are ordinary returns.
-* ``DiskLog``: a replica's batches; a crash keeps only the flushed prefix.
-* ``SimBroker``: one ``PartitionState`` per partition driven only by
-  ``partition.step``; it executes the effects (disk, ZooKeeper writes, replies).
+* ``SimDisk`` (disk.py): a broker's partition logs and checkpoints in memory; a
+  crash keeps only what was flushed.
+* ``SimBroker`` (cluster.py): the real ``Partition`` shell per partition, which
+  drives ``partition.step`` and executes its effects; the simulated broker only
+  delivers messages, keeps a fetcher's one-fetch-in-flight, its ZooKeeper
+  session and registration, and crashes and restarts.
 * ``SimController``: runs on the broker holding /controller and decides with
   ``election.py``; writes are conditional on the znode version and on the
   controller epoch.
@@ -31,16 +34,20 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ads_spark.errors import ErrorCode
+from ads_spark.protocol.records import BatchHeader
 from ads_spark.replication import partition as core
-from ads_spark.replication.state import BatchInfo, LeaderAndIsr
+from ads_spark.replication.state import LeaderAndIsr
+
+from tests.sim.disk import BATCH_BYTES
 
 CLIENT = 100  # network id of producers and consumers
 IN_FLIGHT_MAX = 4000  # bound on queued network messages
 FETCH_TIMEOUT_MS = 60
 FETCH_BATCHES_MAX = 4
+FETCH_MAX_BYTES = FETCH_BATCHES_MAX * BATCH_BYTES  # a follower fetch carries at most this many batches
 METADATA_RESEND_MS = 40
 
 
@@ -52,16 +59,15 @@ class FetchReq:
     p: int
     replica: int
     broker_epoch: int
-    current_leader_epoch: int
-    fetch_offset: int
-    last_fetched_epoch: int
+    request: core.FetchRequest  # what the follower's core asked for; its answer echoes it, as a fetcher keeps it
 
 
 @dataclass(frozen=True)
 class FetchResp:
     p: int
-    resp: core.FetchResponse
-    rids: tuple[tuple[int, ...], ...]  # record ids per batch
+    request: core.FetchRequest
+    meta: dict  # the partition's part of a fetch answer, as the broker's data handler writes it
+    batches: tuple[tuple[tuple[int, ...], BatchHeader], ...]  # (record ids, header) per stored batch
 
 
 @dataclass(frozen=True)
@@ -187,53 +193,3 @@ class SimZk:
                           controller_epoch=new.controller_epoch if controller_epoch is None else controller_epoch)
         self.partitions[p] = new
         return True
-
-
-# ------------------------------------------------------------------ disk
-
-
-@dataclass
-class DiskLog:
-    batches: list = field(default_factory=list)  # BatchInfo
-    rids: list = field(default_factory=list)  # record id per offset
-    flushed_batches: int = 0
-    hw_checkpoint: int = 0
-
-    @property
-    def end_offset(self) -> int:
-        return len(self.rids)
-
-    def append(self, info: BatchInfo, rids: tuple[int, ...]) -> None:
-        assert info.base_offset == len(self.rids) and len(rids) == info.record_count
-        self.batches.append(info)
-        self.rids.extend(rids)
-
-    def truncate(self, end: int) -> None:
-        keep = []
-        for b in self.batches:
-            if b.next_offset <= end:
-                keep.append(b)
-            elif b.base_offset < end:  # only a planted bug cuts mid-batch
-                keep.append(BatchInfo(b.base_offset, end - b.base_offset, b.leader_epoch, -1, -1, -1))
-        self.batches = keep
-        del self.rids[end:]
-        self.flushed_batches = min(self.flushed_batches, len(self.batches))
-
-    def flush(self, hw: int) -> None:
-        self.flushed_batches = len(self.batches)
-        self.hw_checkpoint = min(hw, self.end_offset)
-
-    def crash(self) -> None:
-        self.batches = self.batches[: self.flushed_batches]
-        del self.rids[(self.batches[-1].next_offset if self.batches else 0):]
-        self.hw_checkpoint = min(self.hw_checkpoint, self.end_offset)
-
-    def epoch_at(self, offset: int) -> int:
-        for b in reversed(self.batches):
-            if b.base_offset <= offset:
-                return b.leader_epoch
-        return -1
-
-    def read(self, start: int, end: int) -> list[BatchInfo]:
-        out = [b for b in self.batches if b.base_offset >= start and b.next_offset <= end]
-        return out[:FETCH_BATCHES_MAX]

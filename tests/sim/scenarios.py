@@ -77,7 +77,7 @@ def leader_crash_with_unreplicated_data() -> Cluster:
         if o != old:
             c.cut_one_way(old, o)  # followers' fetches get no answers: the tail stays on the leader
     run(c, 60, produce=3, acks=1)
-    c.brokers[old].disks[0].flush(0)  # the unreplicated tail survives the crash on disk
+    c.brokers[old].disks[0].flush()  # the unreplicated tail survives the crash on disk
     c.crash(old)
     c.heal()
     run(c, 400, produce=2)

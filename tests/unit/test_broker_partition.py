@@ -19,7 +19,7 @@ from ads_spark.broker.replica.partition import Partition, PartitionRole
 from ads_spark.errors import CorruptMessageError, NotEnoughReplicasError
 from ads_spark.replication import dedupe
 from ads_spark.replication.state import PartitionConfig
-from tests.unit.test_log_support import open_log, produce_batch, values_for
+from tests.fixtures.logs import open_log, produce_batch, values_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -136,3 +136,29 @@ def test_follower_truncates_at_divergence_and_refuses_corrupt_batches(tmp_path):
     assert follower.partition.log.log_end_offset == 0
     follower.partition.on_fetch_response(request, meta, batches, 3)
     assert follower.partition.log.log_end_offset == 3
+
+
+def test_producer_snapshot_above_a_truncation_is_not_loaded_after_a_restart(tmp_path):
+    # The follower snapshotted producer 7's batch, which the new leader never had: truncated, then the log
+    # grew past the snapshot's offset with producer 9's batch and was flushed, and the broker restarted.
+    leader = Harness(tmp_path / "leader", broker_id=1, min_isr=1)
+    lead(leader, isr=(1, 2), epoch=1)
+    leader.produce(values_for(0, 4), acks=1, producer=(9, 0, 0))
+    follower = Harness(tmp_path / "follower", broker_id=2, min_isr=1)
+    follower.partition.apply_leader_and_isr(PartitionRole(2, 0, 0, (2,), (1, 2)), 0)
+    follower.produce(values_for(100, 3), acks=1, producer=(7, 0, 0))
+    follower.partition.write_producer_snapshot()  # at offset 3
+    follower.partition.apply_leader_and_isr(PartitionRole(1, 1, 1, (1, 2), (1, 2)), 0)
+    request = follower.partition.fetch_request()
+    reply = leader.partition.on_follower_fetch(2, 5, 1, request.fetch_offset, request.last_fetched_epoch, 1)
+    follower.partition.on_fetch_response(request, {"leader_epoch": 1, "error_code": 0, "high_watermark": 0,
+                                                   "log_start_offset": 0, "diverging_epoch": {
+                                                       "epoch": reply.diverging_epoch[0],
+                                                       "end_offset": reply.diverging_epoch[1]}}, [], 2)
+    request = follower.partition.fetch_request()
+    follower.partition.on_fetch_response(request, {"leader_epoch": 1, "error_code": 0, "high_watermark": 4,
+                                                   "log_start_offset": 0}, leader.partition.read(0, 4, 1 << 20), 3)
+    live = follower.partition.state.producers
+    follower.reopen()
+    assert follower.partition.state.producers == live  # producer 7's truncated batch is not a "duplicate" now
+    assert 7 not in follower.partition.state.producers.entries

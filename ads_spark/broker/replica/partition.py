@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
-from ads_spark.broker.log.checkpoints import write_atomically
+from ads_spark.broker.log.checkpoints import fsync_directory, write_atomically
 from ads_spark.errors import (
     CorruptMessageError, ErrorCode, InvariantViolation, NotLeaderOrFollowerError, RecordTooLargeError, error_for,
 )
@@ -83,8 +83,22 @@ class _Outbox:
 
 
 class Partition:
+    """One replica of one partition on this broker: the only place its replication state changes.
+
+    Owns the replica's ``PartitionState`` (``state``, replaced by each core step), the lock every step
+    holds (``changed``, also what long-polling fetches wait on), the produce callbacks the core holds
+    in purgatory, and the execution of the core's effects on what it was given: the partition's log
+    (``log``: a ``PartitionLog``, or the simulation's in-memory one), its leader-epoch checkpoint
+    (``epochs``), its producer-state snapshot (``producer_snapshots``) and the ISR sender to ZooKeeper.
+    Recovery is its constructor: the state starts from what those hold (``core.initial_state``).
+
+    The same class runs in the broker and in the seeded simulation (tests/sim), which supplies only
+    the environment: network, ZooKeeper, disks, clock and faults.
+    """
+
     def __init__(self, topic: str, partition: int, topic_id: str, partition_log, epochs_file, local_broker_id: int,
-                 config: PartitionConfig, high_watermark_checkpoint: int, isr_sender: IsrSender | None = None):
+                 config: PartitionConfig, high_watermark_checkpoint: int, isr_sender: IsrSender | None = None,
+                 producer_snapshots: "ProducerSnapshotFile | None" = None):
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -103,12 +117,17 @@ class Partition:
         self.changed = threading.Condition()
         self._request_ids = itertools.count(1)
         self._waiting: dict[int, ProduceCallback] = {}  # acks=all requests the core holds in purgatory
+        # Where the producer table is snapshotted: a file in the log directory unless given (the simulation's).
+        self.producer_snapshots = (producer_snapshots if producer_snapshots is not None
+                                   else ProducerSnapshotFile(partition_log.directory))
+        snapshot = self.producer_snapshots.read()
         self.state = core.initial_state(
             topic, partition, local_broker_id, config, log_start_offset=partition_log.log_start_offset,
             log_end_offset=partition_log.log_end_offset, high_watermark_checkpoint=high_watermark_checkpoint,
-            epoch_pairs=tuple(epochs_file.entries), producers=_load_producers(partition_log),
+            epoch_pairs=tuple(epochs_file.entries), producers=recover_producers(partition_log, snapshot),
         )
-        self._snapshot_offset = -1  # LEO of the last producer-state snapshot written
+        self._snapshot_offset = -1 if snapshot is None else snapshot[0]  # LEO of the producer snapshot stored
+        self._drop_snapshot_above(partition_log.log_end_offset)  # recovery may have cut a torn tail below it
         # Set when this broker's ZooKeeper session expired (membership.SessionGuard): another broker may lead
         # now, so produces are refused until the controller's next leader_and_isr says who leads.
         self._awaiting_controller: str | None = None
@@ -178,9 +197,11 @@ class Partition:
                     log.warning("%s-%s: truncating committed offsets from %s (after an unclean election)",
                                 self.topic, self.partition, end)
                 self.log.truncate_to(end)
+                self._drop_snapshot_above(end)
             case core.ResetLog(start_offset=start):
                 log.info("%s-%s: log restarts empty at the leader's log start %s", self.topic, self.partition, start)
                 self.log.truncate_fully_and_start_at(start)
+                self._drop_snapshot_above(-1)
             case core.EpochCacheChanged(pairs=pairs):
                 self.epochs.replace_all(pairs)
             case core.HighWatermarkChanged():
@@ -344,8 +365,6 @@ class Partition:
         Checking (and, for decoded batches, encoding) happen once, here, outside the partition
         lock (``broker/log/fetched.py``); the append under the lock only writes the messages.
         """
-        diverging = meta.get("diverging_epoch")
-        headers = tuple(header for _, header in batches)
         try:
             if batches and isinstance(batches[0][0], pa.Buffer):  # stored messages (replica fetch session)
                 messages = check_fetched_messages(batches, request.fetch_offset)
@@ -353,6 +372,17 @@ class Partition:
                 messages = encode_fetched(batches, request.fetch_offset)
         except CorruptMessageError as exc:
             raise CorruptMessageError(f"{self.topic}-{self.partition}: {exc}") from None
+        self.apply_fetch_response(request, meta, messages, now_ms)
+
+    def apply_fetch_response(self, request: core.FetchRequest, meta: dict, messages: Sequence, now_ms: int) -> None:
+        """Feed an answer whose batches passed the wire checks to the core; ``messages`` are (message, header)
+        pairs as the log's ``append_encoded`` takes them.
+
+        Split from ``on_fetch_response`` for the simulation, whose in-memory log stores record ids, not
+        Arrow messages: it has no wire format to check, and enters here.
+        """
+        diverging = meta.get("diverging_epoch")
+        headers = tuple(header for _, header in messages)
         event = core.FetchResponse(
             leader_epoch=int(meta.get("leader_epoch", request.current_leader_epoch)),
             fetch_offset=request.fetch_offset, last_fetched_epoch=request.last_fetched_epoch,
@@ -371,9 +401,17 @@ class Partition:
             offset, table = self.state.log_end_offset, self.state.producers
         if offset == self._snapshot_offset or not table.entries:
             return
-        text = json.dumps({"version": 1, "offset": offset, "producers": dedupe.to_plain(table)})
-        write_atomically(Path(self.log.directory) / PRODUCER_SNAPSHOT, text)
+        self.producer_snapshots.write(offset, table)
         self._snapshot_offset = offset
+
+    def _drop_snapshot_above(self, end_offset: int) -> None:
+        """Delete the stored producer snapshot if it was taken above ``end_offset``: it describes batches the
+        log no longer holds. Kept, it would be loaded at the next start once the log had grown past its
+        offset again with other batches (before a newer snapshot replaced it), and a producer's retry of
+        a truncated batch would be answered as a duplicate at offsets holding other records."""
+        if self._snapshot_offset > end_offset:
+            self.producer_snapshots.delete()
+            self._snapshot_offset = -1
 
     def apply_retention(self, now_ms: int) -> None:
         with self.changed:
@@ -388,26 +426,43 @@ class Partition:
 PRODUCER_SNAPSHOT = "producer-state.snapshot"
 
 
-def _load_producers(partition_log) -> dedupe.ProducerTable:
+class ProducerSnapshotFile:
+    """``producer-state.snapshot`` in a replica's log directory: its producer table as of an offset (JSON,
+    replaced atomically), so a restart replays only the batches after it."""
+
+    def __init__(self, directory):
+        self.path = Path(directory) / PRODUCER_SNAPSHOT
+
+    def read(self) -> tuple[int, dedupe.ProducerTable] | None:
+        """(offset, table), or None when there is no snapshot or it cannot be read (then the log is replayed)."""
+        try:
+            snapshot = json.loads(self.path.read_text())
+            return int(snapshot["offset"]), dedupe.from_plain(snapshot["producers"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: unreadable producer-state snapshot (%s); rebuilding from the log", self.path, exc)
+            return None
+
+    def write(self, offset: int, table: dedupe.ProducerTable) -> None:
+        text = json.dumps({"version": 1, "offset": offset, "producers": dedupe.to_plain(table)})
+        write_atomically(self.path, text)
+
+    def delete(self) -> None:
+        self.path.unlink(missing_ok=True)
+        fsync_directory(self.path.parent)  # durably gone: a crash must not bring a stale snapshot back
+
+
+def recover_producers(partition_log, snapshot: tuple[int, dedupe.ProducerTable] | None) -> dedupe.ProducerTable:
     """Producer dedupe state: the snapshot plus the batches after it, or (no usable snapshot) the whole log.
 
     A snapshot is usable when its offset lies within the recovered log; recovery
     may have cut the log below it (a torn tail), and then the batches it
     describes are partly gone, so the table is rebuilt from the log instead.
     """
-    path = Path(partition_log.directory) / PRODUCER_SNAPSHOT
-    try:
-        snapshot = json.loads(path.read_text())
-        offset = int(snapshot["offset"])
-        table = dedupe.from_plain(snapshot["producers"])
-    except FileNotFoundError:
-        offset, table = None, None
-    except (ValueError, KeyError, TypeError) as exc:
-        log.warning("%s: unreadable producer-state snapshot (%s); rebuilding from the log", path, exc)
-        offset, table = None, None
-    if table is None or not partition_log.log_start_offset <= offset <= partition_log.log_end_offset:
+    if snapshot is None or not partition_log.log_start_offset <= snapshot[0] <= partition_log.log_end_offset:
         return dedupe.rebuild(header for _, header in partition_log.batches())
+    offset, table = snapshot
     for _, header in partition_log.batches(offset):
         table = dedupe.record_append(table, header)
     return table
-

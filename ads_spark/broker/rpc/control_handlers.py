@@ -1,9 +1,13 @@
 """Handlers for what the controller tells a broker: leader-and-isr, metadata, stop-replica.
 
 These arrive batched (one request per broker for many partitions) and carry the
-controller epoch; a request from an older controller epoch than one already
-obeyed is refused with STALE_CONTROLLER_EPOCH, so a deposed controller cannot
-move leadership. Per-partition outcomes are error codes in the response.
+controller epoch; a leader_and_isr may also carry the broker epoch it is
+addressed to. Whether to obey is decided by ``replication/fencing.py`` (KIP-380):
+an older controller epoch than one already obeyed is refused with
+STALE_CONTROLLER_EPOCH, so a deposed controller cannot move leadership, and a
+leader_and_isr meant for an earlier registration of this broker with
+STALE_BROKER_EPOCH; a refused request changes nothing. Per-partition outcomes
+are error codes in the response.
 
 Every body has passed its schema (``protocol/request_schemas.py``) at the
 boundary before it gets here, so the epoch a handler records is that of a
@@ -12,7 +16,8 @@ an internal error after its epoch was recorded, and the broker refused the
 real controller from then on.
 
 Request shapes (docs/DESIGN.md):
-  leader_and_isr: {"controller_id", "controller_epoch", "partitions": [{"topic", "partition",
+  leader_and_isr: {"controller_id", "controller_epoch", "broker_epoch" (optional: the target's
+      registration the controller addressed it to), "partitions": [{"topic", "partition",
       "topic_id", "leader", "leader_epoch", "isr", "elr", "replicas", "observers",
       "partition_epoch", "config": {topic overrides}}], "brokers": [{"id","host","port","rack"}]}
   stop_replica: {"controller_epoch", "partitions": [{"topic", "partition", "delete": bool}]}
@@ -27,10 +32,11 @@ import threading
 from typing import Any
 
 from ads_spark.protocol import wire
-from ads_spark.errors import AdsError, ErrorCode, StaleControllerEpochError, UnknownTopicOrPartitionError, error_for
+from ads_spark.errors import AdsError, ErrorCode, UnknownTopicOrPartitionError, error_for
 from ads_spark.broker.replica.fetcher import LeaderEndpoint
 from ads_spark.broker.replica.partition import PartitionRole
 from ads_spark.protocol.records import now_ms
+from ads_spark.replication import fencing
 
 log = logging.getLogger("ads.broker.control")
 
@@ -41,18 +47,21 @@ class ControlHandlers:
         self._epoch_lock = threading.Lock()
         self._controller_epoch = -1
 
-    def _check_controller_epoch(self, body: dict[str, Any]) -> None:
+    def _fence(self, body: dict[str, Any], addressed: bool = False) -> None:
+        """Raise unless this broker obeys the request (fencing.py); record its controller epoch if it does.
+
+        ``addressed``: the request may name the broker epoch it is meant for (leader_and_isr)."""
         epoch = wire.require(body, "controller_epoch", int, "controller request")
+        broker_epoch = wire.optional(body, "broker_epoch", int, None, "controller request") if addressed else None
         with self._epoch_lock:
-            if epoch < self._controller_epoch:
-                raise StaleControllerEpochError(
-                    f"request from controller epoch {epoch}; broker {self.broker.broker_id} already follows "
-                    f"epoch {self._controller_epoch}"
-                )
-            self._controller_epoch = epoch
+            verdict = fencing.check_control_request(self._controller_epoch, epoch, request_broker_epoch=broker_epoch,
+                                                    current_broker_epoch=self.broker.broker_epoch())
+            if not verdict.obeyed:
+                raise error_for(verdict.error, f"broker {self.broker.broker_id}: {verdict.message}")
+            self._controller_epoch = verdict.controller_epoch
 
     def handle_leader_and_isr(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._check_controller_epoch(body)
+        self._fence(body, addressed=True)
         brokers = {int(b["id"]): b for b in body.get("brokers", [])}
         results = []
         for entry in wire.require(body, "partitions", list, "leader_and_isr"):
@@ -107,7 +116,7 @@ class ControlHandlers:
         return info.to_json() if info else None
 
     def handle_update_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._check_controller_epoch(body)
+        self._fence(body)
         self.broker.metadata.apply_update(body)
         for entry in body.get("partitions", []):
             config = entry.get("config")
@@ -125,7 +134,7 @@ class ControlHandlers:
         asked = [(wire.require(entry, "topic", str, what), wire.require(entry, "partition", int, what),
                   wire.optional(entry, "topic_id", str, "", what), wire.optional(entry, "config", dict, {}, what))
                  for entry in wire.require(body, "partitions", list, "replica_log_ends")]
-        self._check_controller_epoch(body)
+        self._fence(body)
         results = []
         for topic, number, topic_id, config in asked:
             item: dict[str, Any] = {"topic": topic, "partition": number, "error_code": 0}
@@ -145,7 +154,7 @@ class ControlHandlers:
         return {"error_code": 0, "partitions": results}
 
     def handle_stop_replica(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._check_controller_epoch(body)
+        self._fence(body)
         results = []
         for entry in wire.require(body, "partitions", list, "stop_replica"):
             topic = wire.require(entry, "topic", str, "stop_replica")
