@@ -129,6 +129,9 @@ class ZkMembership:
             self.broker.broker_id, self.broker.host, self.broker.port, rack, on_reregistered=self._on_reregistered,
             clean_shutdown=getattr(self.broker.logs, "recovered_from_clean_shutdown", True),
             metrics_port=self.broker.metrics.port if self.broker.metrics.port > 0 else None)
+        # Known to the broker at once: the controller may address a leader-and-isr to this registration as soon
+        # as the znode exists, and the broker refuses one carrying an epoch it does not know (KIP-380).
+        self.broker._broker_epoch = self.broker_epoch
         self.controller.start()
         return self.broker_epoch
 
