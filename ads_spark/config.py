@@ -74,7 +74,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _int("fetch.wait.max.ms.max", 30000, "upper bound on a fetch long-poll", 0),
         _int("fetch.max.bytes", 57671680, "upper bound on the record bytes of one fetch answer, all partitions "
              "together (one batch may pass it so that a reader gets past a large batch)", 1024),
-        _int("producer.id.expiration.ms", 86400000, "idle producer state kept this long", 1),
         _int("flight.streams.max", 1000, "produce streams and fetch sessions open on this broker at once; "
              "one more is refused (NETWORK_EXCEPTION, retriable)", 1),
         _int("flight.streams.per.connection.max", 100, "produce streams and fetch sessions open at once on one "

@@ -22,6 +22,7 @@ from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, backoff_sleep
 from ads_spark.errors import (
     AdsError,
+    InvalidConfigError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
@@ -94,6 +95,8 @@ class Consumer:
         self.fetch_max_wait_ms = int(self.config.get("fetch.max.wait.ms", 500))
         self.api_timeout_ms = int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT))
         self.max_poll_records = int(self.config.get("max.poll.records", RECORDS_PER_POLL_MAX_DEFAULT))
+        if self.max_poll_records < 1:
+            raise InvalidConfigError(f"invalid value {self.max_poll_records} for 'max.poll.records': must be at least 1")
         reset = str(self.config.get("auto.offset.reset", "latest"))
         if reset not in ("earliest", "latest", "none"):
             raise InvalidRequestError(f"auto.offset.reset must be earliest, latest or none, got {reset!r}")
@@ -300,14 +303,25 @@ class Consumer:
         """Records from the assigned partitions that have some, as tables; advances positions.
 
         Waits up to ``timeout`` seconds for the first committed data (ads_spark/client/poll_fetcher.py).
+        At most ``max.poll.records`` records in all; a partition cut short resumes after its last record
+        returned, and one left out keeps its position (its records come again in a later poll).
         """
         if self._poll_fetcher is None:
             self._poll_fetcher = PollFetcher(self)
         positions = {key: self._resolve_position(key) for key in self._positions}
         result = {}
+        records_left = self.max_poll_records
         for key, chunk in self._poll_fetcher.poll(positions, timeout).items():
-            result[TopicPartition(*key)] = chunk.table
-            self._positions[key] = chunk.next_offset
+            table = chunk.table
+            if records_left <= 0:
+                break
+            if table.num_rows > records_left:
+                table = table.slice(0, records_left)
+                self._positions[key] = table.column("offset")[-1].as_py() + 1
+            else:
+                self._positions[key] = chunk.next_offset
+            records_left -= table.num_rows
+            result[TopicPartition(*key)] = table
         return result
 
     def poll(self, timeout: float = 1.0) -> list[Record]:

@@ -15,7 +15,7 @@ from ads_spark.client import Consumer, Producer, TopicPartition
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections
 from ads_spark.protocol.fetch_session import FetchSession
-from ads_spark.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from ads_spark.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
 from tests.fixtures.cluster import metric_total
 
 pytestmark = pytest.mark.integration
@@ -193,3 +193,27 @@ def test_poll_rides_out_a_leader_failover(fresh_cluster, topic_name):
     finally:
         consumer.close()
         admin.close()
+
+
+def test_poll_returns_at_most_max_poll_records_and_loses_none(admin, bootstrap, topic_name):
+    admin.create_topic(topic_name, partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    with Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0}) as producer:
+        futures = [producer.produce(topic_name, value=str(i).encode(), partition=i % 2) for i in range(40)]
+        for future in futures:
+            future.result(timeout=30)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "max.poll.records": 7})
+    consumer.assign([TopicPartition(topic_name, p, 0) for p in range(2)])
+    try:
+        seen, sizes = [], []
+        deadline = time.monotonic() + 30
+        while len(seen) < 40 and time.monotonic() < deadline:
+            records = consumer.poll(timeout=1.0)
+            sizes.append(len(records))
+            seen.extend((r.partition, r.offset) for r in records)
+        assert max(sizes) <= 7
+        assert sorted(seen) == sorted((i % 2, i // 2) for i in range(40))
+        assert len(seen) == len(set(seen))
+    finally:
+        consumer.close()
+    with pytest.raises(InvalidConfigError, match="max.poll.records"):
+        Consumer({"bootstrap.servers": bootstrap, "max.poll.records": 0})
