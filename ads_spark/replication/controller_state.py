@@ -131,6 +131,12 @@ class PassOverBrokers:
     unclean: tuple[tuple[int, str | None], ...] = ()
     keys: tuple[Key, ...] | None = None
     log_ends: LogEnds | None = None  # None: not asked yet (unclean recovery asks at most once)
+    # Runs of this pass so far over partitions whose write lost a race (at most PASS_RETRIES_MAX).
+    retries: int = 0
+
+
+# A pass whose writes keep losing to leaders' ISR writes is left to the next event after this many reruns.
+PASS_RETRIES_MAX = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +160,13 @@ class ElectLeaders:
 @dataclass(frozen=True, slots=True)
 class ApplyDecisions:
     """Write ``decisions`` (one fenced batch), keep those accepted, send them; then record unclean starts,
-    and run ``if_written`` next only if every decision was accepted."""
+    and run ``if_written`` next only if every decision was accepted. ``retry``: the pass over broker
+    changes that decided them, run again over the partitions whose write lost to a leader's ISR write."""
 
     decisions: tuple[Decision, ...]
     record_unclean: tuple[tuple[int, str | None], ...] = ()
     if_written: tuple[Any, ...] = ()
+    retry: Any = None  # PassOverBrokers | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +280,7 @@ class AwaitingWrite:
     record_unclean: tuple[tuple[int, str | None], ...]
     views_before: Mapping[Key, PartitionView]
     if_written: tuple[Any, ...] = ()
+    retry: Any = None  # as ApplyDecisions.retry
 
 
 @dataclass(frozen=True, slots=True)

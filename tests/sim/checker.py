@@ -43,12 +43,17 @@ checked as before, until the next unclean election.
 How it sees the run (cluster.py): the simulated broker calls ``on_state`` with a
 partition's state after every call into its ``Partition`` shell (``fresh`` when a
 process starts), ``on_data_removed`` when the log truncates (``SimLog.on_removed``)
-and when a crash loses an unflushed tail; the controller calls ``on_election``;
-clients call ``on_ack`` and ``on_consume``. It reads logs' record ids directly.
+and when a crash loses an unflushed tail; the controller's environment
+(controller_env.py) calls ``on_election`` for each decision of the real core that
+ZooKeeper accepted; clients call ``on_ack`` and ``on_consume``. It reads logs'
+record ids directly, and the active controller core's state for the check of
+what it may elect (``_electable_members``). The liveness phase (liveness.py)
+ends each random schedule and records its failure here too.
 """
 
 from __future__ import annotations
 
+from ads_spark.replication import controller_decisions as decide
 from ads_spark.replication.state import Role
 
 
@@ -70,6 +75,7 @@ class Checker:
         self.step_no = 0
         self.violations: list[str] = []
         self.leader_of_epoch: dict[tuple[int, int], int] = {}
+        self._decision_views: tuple = (None, None, ())  # (core state, function, its views): see _electable_members
         self.last_epoch: dict[tuple[int, int, int], int] = {}
         self.last_hw: dict[tuple[int, int, int], int] = {}
         self.reference: dict[int, list[int]] = {}
@@ -80,6 +86,9 @@ class Checker:
         self.elections: list[str] = []
         self.voided: set[int] = set()
         self.acked_all = 0
+        # p -> offset -> record of every acks=all acknowledgement checked against the history (the liveness
+        # phase requires each readable in the end); emptied when an unclean election restarts the history
+        self.acked: dict[int, dict[int, int]] = {}
         self.acked_one = 0
         self.consumed = 0
         self.losses: list[str] = []
@@ -108,6 +117,7 @@ class Checker:
             committed = list(disk.rids[:min(leader.states[p].high_watermark, disk.log_end_offset)])
         self.reference[p] = committed
         self.seen_rids[p] = set(committed)
+        self.acked.pop(p, None)  # acknowledged in the history the election replaced: it may lose them
         self.unreconciled |= {(b, p) for b in self.cluster.brokers if b != leader_id}
         if leader is not None:
             self.checked_upto[(leader_id, p)] = len(committed)
@@ -211,12 +221,18 @@ class Checker:
                           f"p{p} record {rid} acked at {o}, committed history has "
                           f"{ref[o] if o < len(ref) else 'nothing'}")
                 return
+            self.acked.setdefault(p, {})[o] = rid
         leader = self.cluster.leader_state(p)
         if leader is not None:
             for m, disk in self._synced_members(p, leader):
                 last = base_offset + len(rids) - 1
                 if disk.log_end_offset <= last or disk.rids[last] != rids[-1]:
                     self.fail("acked records on every ISR member", f"p{p} offset {last} missing on broker {m}")
+
+    def acked_records(self, p: int) -> list[tuple[int, int]]:
+        """(offset, record) of the acks=all acknowledgements of ``p`` the cluster is held to (none once a crash
+        took the last copy of a committed record: the partition is voided)."""
+        return [] if p in self.voided else sorted(self.acked.get(p, {}).items())
 
     def _synced_members(self, p: int, leader):
         for m in leader.isr:
@@ -247,26 +263,31 @@ class Checker:
                 if disk.log_end_offset < leader.high_watermark:
                     self.fail("every replica the controller may elect cleanly holds the committed records",
                               f"p{p} leader {leader.broker_id} HW {leader.high_watermark} > LEO {disk.log_end_offset} "
-                              f"of ISR member {m} in ZooKeeper")
+                              f"of ISR/ELR member {m} in the controller's view")
 
     def _electable_members(self) -> dict:
-        """Per partition, the ISR members in ZooKeeper the controller would elect from now, alive in the
-        incarnation it last processed, with their logs.
+        """Per partition, the ISR and ELR members the active controller would elect cleanly now, alive in the
+        incarnation it last read, with their logs.
 
         The leader's own view (``_synced_members``) misses a member that a write added after it restarted
         (seed 1034869): the leader removes it only once that write's answer comes back, and the controller
-        could elect it meanwhile. This check reads the znode as the controller does.
+        could elect it meanwhile. This check reads the core's own state through its own decision views
+        (``controller_decisions.decision_views``); a view older than the znode is left out, as a decision
+        taken from it loses its conditional write.
         """
         c = self.cluster
-        zk = c.zk
-        if c.controller is None:
+        state = c.controllers.active_state()
+        if state is None:
             return {}
-        out: dict = {}
-        for view in c.controller.views(without_restarted=True):
-            for m in view.state.isr:
-                reg, b = zk.brokers.get(m), c.brokers[m]
-                if (reg is not None and zk.handled.get(m) == reg.broker_epoch and b.alive
-                        and b.broker_epoch == reg.broker_epoch):
+        zk, out = c.zk, {}
+        if self._decision_views[:2] != (state, decide.decision_views):  # a state is a value: reuse its views
+            self._decision_views = (state, decide.decision_views, decide.decision_views(state, state.views.values()))
+        for view in self._decision_views[2]:
+            if view.state.partition_epoch != zk.partitions[view.partition].partition_epoch:
+                continue
+            for m in (*view.state.isr, *view.state.elr):
+                reg, b = state.live.get(m), c.brokers[m]
+                if reg is not None and b.alive and b.broker_epoch == reg.broker_epoch:
                     out.setdefault(view.partition, []).append((m, b.disks[view.partition]))
         return out
 

@@ -1,16 +1,18 @@
-"""Brokers, controller and the cluster object that the runner and the scenarios drive.
+"""Brokers and the cluster object that the runner and the scenarios drive.
 
 The broker here runs the real broker's partition shell: one ``Partition``
 (broker/replica/partition.py) per partition over the simulated disk (disk.py),
 which feeds every input to ``partition.step`` under its lock and executes the
 effects. ``SimBroker`` keeps only what the environment does around it: it
-delivers messages as the broker's handlers and fetcher would (control requests
-fenced by ``replication/fencing.py``), keeps one fetch in flight per partition,
-holds the ZooKeeper session and registration, flushes and checkpoints on the
-model's clock, and crashes and restarts. After every call into a ``Partition`` it
+delivers messages as the broker's handlers and fetcher would (the controller's
+requests answered by controller_env.py, fenced by ``replication/fencing.py``),
+keeps one fetch in flight per partition, holds the ZooKeeper session and
+registration, flushes and checkpoints on the model's clock, and crashes and
+restarts. After every call into a ``Partition`` it
 reads the new state and shows it to the checker; truncations reach the checker
 through the log (``SimLog.on_removed``). ``Cluster`` holds the shared model
-(network, ZooKeeper, clock) and exposes the fault actions.
+(network, ZooKeeper, clock), every broker process's controller (the real core in
+``controller_env.ControllerEnv``) and exposes the fault actions.
 """
 
 from __future__ import annotations
@@ -21,13 +23,12 @@ from dataclasses import dataclass
 
 from ads_spark.broker.replica.partition import Partition, PartitionRole
 from ads_spark.errors import ErrorCode
-from ads_spark.replication import election, fencing
 from ads_spark.replication.state import LeaderAndIsr, PartitionConfig, PartitionState, Role
 
+from tests.sim.controller_env import ControlAnswer, ControllerEnv, ControlRequest, answer_control_request
 from tests.sim.disk import SimBatch, SimDisk
 from tests.sim.model import (
-    CLIENT, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, METADATA_RESEND_MS, FetchReq, FetchResp, LeaderAndIsrMsg, ProduceReq,
-    ProduceResp, SimNet, SimZk, ZkWrite,
+    CLIENT, FETCH_MAX_BYTES, FETCH_TIMEOUT_MS, FetchReq, FetchResp, ProduceReq, ProduceResp, SimNet, SimZk, ZkWrite,
 )
 
 PRODUCE_TIMEOUT_MS = 200  # the produce request's timeout_ms
@@ -156,8 +157,10 @@ class SimBroker:
     # --- inputs
     def receive(self, src: int, msg) -> None:
         match msg:
-            case LeaderAndIsrMsg():
-                self._leader_and_isr(msg)
+            case ControlRequest():
+                answer_control_request(self, msg)
+            case ControlAnswer():
+                self.c.controllers.on_answer(msg)
             case FetchReq():
                 self._follower_fetch(msg)
             case FetchResp():
@@ -166,18 +169,6 @@ class SimBroker:
                 self._produce(msg)
             case ZkWrite():
                 self._zk_write(msg)
-
-    def _leader_and_isr(self, msg: LeaderAndIsrMsg) -> None:
-        """As the control handler: fence (KIP-380), then hand the partition its role."""
-        verdict = fencing.check_control_request(self.controller_epoch_seen, msg.controller_epoch,
-                                                request_broker_epoch=msg.broker_epoch,
-                                                current_broker_epoch=self.broker_epoch)
-        if not verdict.obeyed:
-            return  # stale controller, or meant for another incarnation of this broker
-        self.controller_epoch_seen = verdict.controller_epoch
-        lai = msg.lai
-        self._apply_role(msg.p, PartitionRole(lai.leader, lai.leader_epoch, lai.partition_epoch, tuple(lai.isr),
-                                              tuple(msg.replicas), (), tuple(lai.elr)))
 
     def apply_leader_and_isr_entry(self, entry) -> None:
         """One partition of a fenced leader_and_isr body (wire form), read as control_handlers reads it."""
@@ -233,7 +224,7 @@ class SimBroker:
         now, zk, partition = self.c.now, self.c.zk, self.partitions[msg.p]
         if not self.zk_reachable() or self.session not in zk.sessions:
             partition.on_isr_answer(None, None, now)
-        elif zk.cond_write(msg.p, msg.proposed, msg.expected):
+        elif zk.update_isr(msg.p, msg.proposed, msg.expected):
             partition.on_isr_answer(zk.partitions[msg.p], None, now)
         else:
             partition.on_isr_answer(None, zk.partitions[msg.p], now)
@@ -266,93 +257,6 @@ class SimBroker:
             partition.write_producer_snapshot()
 
 
-class SimController:
-    """The controller's runtime: detects broker changes in ZooKeeper and applies election.py's decisions."""
-
-    def __init__(self, cluster: "Cluster", broker_id: int, epoch: int):
-        self.c = cluster
-        self.broker_id = broker_id
-        self.epoch = epoch
-        self.last_resend_ms = -10**9
-
-    def views(self, without_restarted: bool = False) -> list[election.PartitionView]:
-        """The znodes as decision inputs; ``without_restarted``: as every decision but the pass over broker
-        changes takes them (election.without_restarted_members), as the controller's."""
-        cfg = self.c.cfg
-        views = [election.PartitionView("t", p, self.c.assignment[p], (), lai, cfg.min_insync_replicas, cfg.unclean)
-                 for p, lai in sorted(self.c.zk.partitions.items())]
-        if not without_restarted:
-            return views
-        return [election.without_restarted_members(view, self.live_broker_epochs()) for view in views]
-
-    def live_broker_epochs(self) -> dict[int, int]:
-        return {b: r.broker_epoch for b, r in self.c.zk.brokers.items()}
-
-    def run(self, now: int) -> None:
-        zk = self.c.zk
-        live = frozenset(zk.brokers)
-        all_brokers = frozenset(self.c.brokers)
-        bounced = frozenset(b for b, r in zk.brokers.items() if zk.handled.get(b) != r.broker_epoch)
-        unclean = election.unclean_starts_to_apply(
-            {b: {"clean_shutdown": zk.brokers[b].clean, "incarnation": zk.brokers[b].incarnation} for b in bounced},
-            zk.unclean_applied)
-        failed = (all_brokers - live) | bounced
-        views = self.views()
-        epochs = self.live_broker_epochs()
-        decisions = election.on_brokers_changed(views, live, failed, frozenset(unclean), self.epoch,
-                                                live_broker_epochs=epochs)
-        if any(d.unclean for d in decisions):  # unclean recovery (KIP-966), as controller_candidates.py
-            decisions = election.on_brokers_changed(views, live, failed, frozenset(unclean), self.epoch,
-                                                    log_ends=self.log_ends(live), live_broker_epochs=epochs)
-        changed = set()
-        for d in decisions:
-            if not zk.cond_write(d.partition, d.new_state, d.expected_partition_epoch, self.epoch):
-                return  # fenced or raced: re-read next round
-            self.c.checker.on_election(d)
-            changed.add(d.partition)
-        for b in bounced:
-            zk.handled[b] = zk.brokers[b].broker_epoch
-        for b, incarnation in unclean.items():
-            if election.unclean_start_recorded(b, views, {("t", p) for p in changed}):
-                zk.unclean_applied[b] = incarnation
-        if now - self.last_resend_ms >= METADATA_RESEND_MS:  # bounded re-push: lossy network
-            self.last_resend_ms = now
-            self.push(sorted(zk.partitions))
-        elif changed:
-            self.push(sorted(changed))
-
-    def log_ends(self, live: frozenset[int]) -> dict:
-        """What the live replicas would answer the controller's log-end question (read directly: the real
-        controller asks over the network and leaves out a replica that does not answer)."""
-        out: dict = {}
-        for p in self.c.zk.partitions:
-            for b in self.c.assignment[p]:
-                broker = self.c.brokers[b]
-                if b in live and broker.alive:
-                    state = broker.states[p]
-                    out.setdefault(("t", p), {})[b] = (state.epochs.latest_epoch, state.log_end_offset)
-        return out
-
-    def push(self, parts) -> None:
-        zk, now = self.c.zk, self.c.now
-        for p in parts:
-            lai = zk.partitions[p]
-            for r in self.c.assignment[p]:
-                reg = zk.brokers.get(r)
-                if reg is not None:
-                    self.c.net.send(now, self.broker_id, r, LeaderAndIsrMsg(p, lai, self.c.assignment[p],
-                                    self.epoch, reg.broker_epoch), self.c.brokers[r].incarnation)
-
-    def controlled_shutdown(self, broker_id: int, force: bool = False) -> election.ShutdownPlan:
-        plan = election.controlled_shutdown(self.views(without_restarted=True), broker_id, frozenset(self.c.zk.brokers),
-                                            self.epoch, force)
-        for d in plan.decisions:
-            if self.c.zk.cond_write(d.partition, d.new_state, d.expected_partition_epoch, self.epoch):
-                self.c.checker.on_election(d)
-        self.push(sorted(self.c.zk.partitions))
-        return plan
-
-
 @dataclass
 class RequestMeta:
     p: int
@@ -378,14 +282,15 @@ class Cluster:
         self.zk = SimZk(cfg.session_timeout_ms)
         self.zk_cut: set[int] = set()
         ids = list(range(1, cfg.brokers + 1))
-        self.assignment = {p: tuple(ids[(p + i) % len(ids)] for i in range(cfg.replication_factor))
-                           for p in range(cfg.partitions)}
+        self.assignment = self.zk.assignment
+        self.assignment.update({p: tuple(ids[(p + i) % len(ids)] for i in range(cfg.replication_factor))
+                                for p in range(cfg.partitions)})
         for p, reps in self.assignment.items():
             self.zk.partitions[p] = LeaderAndIsr(reps[0], 0, tuple(sorted(reps)), (), 0, 0)
         self.requests: dict[int, RequestMeta] = {}
         self.req_ids = itertools.count(1)
         self.brokers = {b: SimBroker(self, b) for b in ids}
-        self.controller: SimController | None = None
+        self.controllers = ControllerEnv(self)
         self.producer = None
 
     # --- time
@@ -395,7 +300,7 @@ class Cluster:
         for b in self.brokers.values():
             b.zk_step(now)
         self.zk.expire(now)
-        self._controller_step(now)
+        self.controllers.step(now)
         for src, dst, inc, msg in list(self.net.due(now)):
             if dst == CLIENT:
                 if self.producer is not None:
@@ -408,21 +313,6 @@ class Cluster:
             if b.alive:
                 b.tick(now)
         self.checker.after_step()
-
-    def _controller_step(self, now: int) -> None:
-        zk = self.zk
-        if zk.controller is None:
-            candidates = [b for b in self.brokers.values()
-                          if b.zk_reachable() and b.session in zk.sessions and b.broker_epoch > 0]
-            if candidates:
-                chosen = min(candidates, key=lambda b: b.id)
-                zk.controller = (chosen.id, chosen.session)
-                zk.controller_epoch += 1
-                self.controller = SimController(self, chosen.id, zk.controller_epoch)
-        if self.controller is not None:
-            owner = self.brokers[self.controller.broker_id]
-            if owner.zk_reachable():
-                self.controller.run(now)
 
     # --- client side
     def send_produce(self, p: int, acks: int, rids: tuple[int, ...], pid: int = -1, pepoch: int = -1,
@@ -439,6 +329,7 @@ class Cluster:
     def crash(self, b: int) -> None:
         if self.brokers[b].alive:
             self.brokers[b].crash()
+            self.controllers.on_crash(b)
 
     def restart(self, b: int) -> None:
         if not self.brokers[b].alive:

@@ -7,21 +7,22 @@ Everything a real cluster has that can fail is modelled, small and bounded:
 * ``SimZk``: versioned znodes for partition state, ephemeral broker
   registrations with a broker epoch (a czxid-like counter), sessions that expire
   ``session_timeout_ms`` after the last heartbeat, the /controller election and
-  controller epoch, and a persistent note of which registration the controller
-  has already handled (so bounce handling survives controller failover). As a
-  broker does, every registration of a process says whether it started after a
-  crash, and names it (incarnation); a persistent note records whose unclean
-  start a controller applied (``election.unclean_starts_to_apply``), so a
-  process's later registrations (expired sessions) are ordinary returns.
+  controller epoch (with the version of its znode, which fences the
+  controller's writes), the one topic's assignment, and the ISR change
+  notifications a leader's ISR write adds. As a broker does, every registration
+  of a process says whether it started after a crash, and names it
+  (incarnation); a persistent note records whose unclean start a controller
+  applied (``election.unclean_starts_to_apply``), so a process's later
+  registrations (expired sessions) are ordinary returns.
 * ``SimDisk`` (disk.py): a broker's partition logs and checkpoints in memory; a
   crash keeps only what was flushed.
 * ``SimBroker`` (cluster.py): the real ``Partition`` shell per partition, which
   drives ``partition.step`` and executes its effects; the simulated broker only
   delivers messages, keeps a fetcher's one-fetch-in-flight, its ZooKeeper
   session and registration, and crashes and restarts.
-* ``SimController``: runs on the broker holding /controller and decides with
-  ``election.py``; writes are conditional on the znode version and on the
-  controller epoch.
+* the controller (controller_env.py): the real core,
+  ``replication/controller.py``, on the broker holding /controller; the
+  environment reads SimZk for it and carries out its effects.
 * ``SimProducer`` (acks=all or 1, idempotent, one batch in flight per
   partition, bounded retries) and consumers live in runner.py/checker.py.
 
@@ -48,7 +49,6 @@ IN_FLIGHT_MAX = 4000  # bound on queued network messages
 FETCH_TIMEOUT_MS = 60
 FETCH_BATCHES_MAX = 4
 FETCH_MAX_BYTES = FETCH_BATCHES_MAX * BATCH_BYTES  # a follower fetch carries at most this many batches
-METADATA_RESEND_MS = 40
 
 
 # ------------------------------------------------------------------ messages
@@ -68,15 +68,6 @@ class FetchResp:
     request: core.FetchRequest
     meta: dict  # the partition's part of a fetch answer, as the broker's data handler writes it
     batches: tuple[tuple[tuple[int, ...], BatchHeader], ...]  # (record ids, header) per stored batch
-
-
-@dataclass(frozen=True)
-class LeaderAndIsrMsg:
-    p: int
-    lai: LeaderAndIsr
-    replicas: tuple[int, ...]
-    controller_epoch: int
-    broker_epoch: int  # of the target, as the controller knows it (KIP-380)
 
 
 @dataclass(frozen=True)
@@ -149,12 +140,15 @@ class SimZk:
         self.czxid = itertools.count(1)
         self.sessions: dict[int, tuple[int, int]] = {}  # session -> (broker, last heartbeat ms)
         self.brokers: dict[int, Registration] = {}  # /brokers/ids ephemeral
-        self.handled: dict[int, int] = {}  # persistent: broker -> registration epoch the controller processed
+        self.brokers_version = 0  # bumped at every change of /brokers/ids: what the controller's watch sees
         # persistent: broker -> the incarnation whose unclean start a controller applied (KIP-966, once)
-        self.unclean_applied: dict[int, int] = {}
+        self.unclean_applied: dict[int, str] = {}
         self.controller: tuple[int, int] | None = None  # (broker, session), ephemeral
         self.controller_epoch = 0
-        self.partitions: dict[int, LeaderAndIsr] = {}
+        self.controller_epoch_version = 0  # /controller_epoch's znode version: bumped with the epoch
+        self.assignment: dict[int, tuple[int, ...]] = {}  # topic "t": partition -> replicas, preferred first
+        self.partitions: dict[int, LeaderAndIsr] = {}  # state znodes; partition_epoch is the znode version
+        self.isr_changes: list[int] = []  # ISR change notifications (partitions) the controller has not taken
 
     def open_session(self, broker: int, now_ms: int) -> int:
         sid = next(self.czxid)
@@ -168,10 +162,15 @@ class SimZk:
         return True
 
     def expire(self, now_ms: int) -> None:
-        for sid, (_, last) in list(self.sessions.items()):
-            if now_ms - last > self.session_timeout_ms:
-                del self.sessions[sid]
-        self.brokers = {b: r for b, r in self.brokers.items() if r.session in self.sessions}
+        expired = [sid for sid, (_, last) in self.sessions.items() if now_ms - last > self.session_timeout_ms]
+        if not expired:
+            return
+        for sid in expired:
+            del self.sessions[sid]
+        gone = [b for b, r in self.brokers.items() if r.session not in self.sessions]
+        for b in gone:
+            del self.brokers[b]
+        self.brokers_version += bool(gone)
         if self.controller and self.controller[1] not in self.sessions:
             self.controller = None
 
@@ -180,16 +179,23 @@ class SimZk:
             return None  # the old ephemeral has not expired yet
         epoch = next(self.czxid)
         self.brokers[broker] = Registration(epoch, sid, clean, incarnation)
+        self.brokers_version += 1
         return epoch
 
-    def cond_write(self, p: int, new: LeaderAndIsr, expected: int, controller_epoch: int | None = None) -> bool:
-        cur = self.partitions[p]
-        if cur.partition_epoch != expected:
+    def update_isr(self, p: int, proposed: LeaderAndIsr, expected: int) -> bool:
+        """A leader's ISR write: conditional on the znode version, with its change notification (one multi-op,
+        as ``topics.update_isr``)."""
+        if self.partitions[p].partition_epoch != expected:
             return False
-        if controller_epoch is not None and controller_epoch != self.controller_epoch:
-            return False
-        if new.partition_epoch != expected + 1:
-            new = replace(new, partition_epoch=expected + 1,
-                          controller_epoch=new.controller_epoch if controller_epoch is None else controller_epoch)
-        self.partitions[p] = new
+        self.partitions[p] = replace(proposed, partition_epoch=expected + 1)
+        self.isr_changes.append(p)
         return True
+
+    def write_partition_state(self, p: int, new: LeaderAndIsr, expected: int,
+                              controller_epoch: int) -> LeaderAndIsr | None:
+        """One of the controller's writes (the caller checked the controller epoch version): the state as
+        written, None if the znode moved past ``expected``."""
+        if self.partitions[p].partition_epoch != expected:
+            return None
+        written = self.partitions[p] = replace(new, partition_epoch=expected + 1, controller_epoch=controller_epoch)
+        return written

@@ -13,12 +13,14 @@ from types import ModuleType
 from typing import Callable, Iterator
 
 from ads_spark.errors import AdsError, ErrorCode
+from ads_spark.replication import controller_decisions as decide
 from ads_spark.replication import election, hw
 from ads_spark.replication import partition as core
 from ads_spark.replication.state import UNKNOWN_OFFSET
 
 from tests.sim.checker import Checker
 from tests.sim.cluster import Cluster, SimConfig
+from tests.sim.liveness import run_liveness
 from tests.sim.model import ProduceResp
 
 PRODUCE_TIMEOUT_MS = 120
@@ -145,12 +147,25 @@ def _no_restarted_members(view, live_broker_epochs) -> frozenset[int]:
     return frozenset()
 
 
+def _every_replica_eligible(state, views) -> list:
+    """elect_outside_isr: the views the controller core's elections take (``decision_views``) name every
+    replica outside the ISR in the ELR, so a replica without the committed records may be elected cleanly."""
+    epochs = decide.live_broker_epochs(state)
+    out = []
+    for view in views:
+        view = election.without_restarted_members(view, epochs)
+        outside = tuple(r for r in view.replicas if r not in view.state.isr)
+        out.append(replace(view, state=replace(view.state, elr=outside)))
+    return out
+
+
 MUTANTS: dict[str, tuple[tuple[ModuleType, str, Callable], ...]] = {
     "hw_max": ((hw, "candidate_high_watermark", _max_isr_log_end),),
     "truncate_to_hw": ((core, "truncation_on_becoming_follower", _own_high_watermark),
                        (core, "truncation_on_divergence", _own_high_watermark)),
     "elect_any_replica": ((election, "clean_candidates", _any_available_replica),),
     "ignore_restarted_members": ((election, "restarted_members", _no_restarted_members),),
+    "elect_outside_isr": ((decide, "decision_views", _every_replica_eligible),),
 }
 PATCH_POINTS: tuple[tuple[ModuleType, str], ...] = tuple(
     dict.fromkeys((module, attr) for planted in MUTANTS.values() for module, attr, _ in planted))
@@ -227,7 +242,8 @@ def inject_fault(cluster: Cluster, rng: random.Random) -> str:
 
 def run_schedule(seed: int, steps: int = 220, mutation_name: str | None = None,
                  fault_prob: float = 0.05) -> tuple[Checker, list[str]]:
-    """One random schedule; returns the checker (violations, stats) and the fault log."""
+    """One random schedule, then the liveness phase (liveness.py); returns the checker (violations, stats)
+    and the fault log."""
     rng = random.Random(seed)
     cfg = random_config(rng)
     # One schedule in UNCLEAN_SEED_MODULUS runs with unclean election on (unclean recovery, divergent logs
@@ -256,4 +272,6 @@ def run_schedule(seed: int, steps: int = 220, mutation_name: str | None = None,
             producer.tick()
             if checker.violations:
                 break
+        if not checker.violations:
+            run_liveness(cluster, producer, rng)
     return checker, faults

@@ -127,3 +127,57 @@ def last_replica_standing() -> Cluster:
 
 def leader_roles(c: Cluster) -> list[int]:
     return [b.id for b in c.brokers.values() if b.alive and b.states[0].role is Role.LEADER and not b.states[0].fenced]
+
+
+
+def restarted_member_added_late() -> Cluster:
+    """The leader's write adding a follower lands after that follower crashed (losing records below the HW)
+    and registered again: the race random seed 1034869 once found, scripted. Partition 1 of two (replicas
+    2, 3, 1): broker 2 leads it, broker 1 is the controller, broker 3 the follower. The follower, cut from
+    ZooKeeper (its session expires), catches up; the leader proposes it back into the ISR and at once loses
+    ZooKeeper for a while (its write is retried); the follower crashes, restarts (cut from the other
+    brokers, so it cannot fetch back what it lost) and registers again. The
+    leader's write then lands naming the follower's earlier registration, and the leader loses ZooKeeper
+    again before it can take the follower out: only the check of recorded broker epochs
+    (``election.restarted_members``) keeps the controller from taking the follower for in sync."""
+    cfg = SimConfig(brokers=3, partitions=2, replication_factor=3, min_insync_replicas=1, drop_prob=0.0,
+                    delay_ms=(1, 2), flush_every_ms=10**9)  # a crash loses the whole log
+    c = Cluster(cfg, random.Random(1), Checker())
+    c.producer = SimProducer(c)
+    p, leader, follower = 1, 2, 3
+
+    def run_p(ms: int) -> None:
+        for _ in range(ms // STEP_MS):
+            c.step(STEP_MS)
+            c.producer.send(p, 2)
+            c.producer.tick()
+
+    def named() -> bool:
+        return follower in c.zk.partitions[p].isr
+
+    run_p(100)
+    c.isolate_from_brokers(follower)
+    c.isolate_from_zk(follower)
+    run_p(300)  # out of the ISR, its session gone
+    c.net.cut.clear()  # it fetches again (still cut from ZooKeeper)
+    for _ in range(500):
+        run_p(STEP_MS)
+        pending = c.brokers[leader].states[p].pending_isr
+        if pending is not None and follower in pending.proposed.isr:
+            break
+    c.isolate_from_zk(leader)  # the write is in flight: it fails, and is retried
+    c.crash(follower)
+    c.restart(follower)
+    c.isolate_from_brokers(follower)  # it cannot fetch what it lost back before the write lands
+    c.zk_cut.discard(follower)  # registers again at once (its old session expired)
+    run_p(20)
+    c.zk_cut.discard(leader)
+    for _ in range(100):  # the leader's write lands
+        run_p(STEP_MS)
+        if named():
+            break
+    c.isolate_from_zk(leader)  # it cannot write the follower (now of another registration) out
+    run_p(60)
+    c.heal()
+    run_p(400)
+    return c

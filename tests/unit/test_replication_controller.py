@@ -18,14 +18,14 @@ from ads_spark.errors import ErrorCode, InvariantViolation
 from ads_spark.replication.controller import step
 from ads_spark.replication.controller_events import (
     REQUESTS, AskLogEnds, AssignmentWritten, BrokersChanged, ChannelOverflowed, ClearReassignment, CloseChannels,
-    ControlledShutdownRequested, ControllerFailed, DeleteTopicZnodes, Elected, ElectLeadersRequested, IsrChanged,
+    ControlledShutdownRequested, ControllerFailed, DeleteTopicZnodes, Elected, ElectLeadersRequested, IsrChanged, Log,
     LogEndsAnswered, LostLeadership, PartitionStatesWritten, ReadTopics, RebalanceTick, ReassignmentRequested,
     RecordUncleanApplied, ReplyToRequest, Resign, SendLeaderAndIsr, SendStopReplica, SendUpdateMetadata, Snapshot,
     TopicConfigsChanged, TopicDeletionsRequested, TopicsChanged, TopicsRead, WriteAssignment, WritePartitionStates,
     WriteRejected, log_ends_found,
 )
 from ads_spark.replication.controller_state import (
-    BrokerRegistration, ControllerConfig, TopicInfo, TopicSettings, initial_state, live_from_dicts,
+    PASS_RETRIES_MAX, BrokerRegistration, ControllerConfig, TopicInfo, TopicSettings, initial_state, live_from_dicts,
 )
 from ads_spark.replication.state import NO_LEADER, LeaderAndIsr
 
@@ -257,6 +257,31 @@ def test_an_unclean_start_is_recorded_only_when_all_its_decisions_were_written(r
     zk.live[2] = reg(2, 60, clean=False, incarnation="new")
     _, again = run(state, zk.changed_brokers(), zk)
     assert of(again, RecordUncleanApplied) == []
+
+
+class AlwaysRacedZk(FakeZk):
+    """Every write to ``raced`` loses to a leader's ISR write landing just before it."""
+
+    def __init__(self, assign, raced):
+        super().__init__(assign)
+        self.raced = raced
+
+    def write(self, decision):
+        key = (decision.topic, decision.partition)
+        if key == self.raced:
+            current = self.states[key]
+            self.states[key] = replace(current, partition_epoch=current.partition_epoch + 1)
+        return super().write(decision)
+
+
+def test_a_pass_that_keeps_losing_races_is_rerun_a_bounded_number_of_times():
+    zk = AlwaysRacedZk({"t": {0: (1, 2, 3)}}, raced=("t", 0))
+    state, _ = elected(zk)
+    del zk.live[2]
+    state, effects = run(state, zk.changed_brokers(), zk)
+    assert len(of(effects, WritePartitionStates)) == PASS_RETRIES_MAX + 1
+    assert any(e.level == "warning" and "lost" in e.message for e in of(effects, Log))
+    assert state.awaiting is None and not state.pending
 
 
 def test_controlled_shutdown_moves_leadership_or_refuses_below_min_isr():

@@ -9,11 +9,16 @@ ControllerChannelManager, the event thread only queues; each broker's sender
 delivers its queue in order.
 
 Delivery: a failed request is retried (the queue waits behind it, keeping the
-order) up to ``ATTEMPTS_MAX`` times, then dropped with a warning. Nothing is
-lost for good by that: a broker that comes back registers again and the
-controller sends every arriving broker its full state. The queue is bounded;
-on overflow it is emptied and the controller is asked to send that broker its
-full state again (``on_overflow``).
+order), with a growing backoff, until it is delivered or the channel closes, as
+Kafka's RequestSendThread does. A channel serves one registration of a broker in
+one controller term, so it closes when the broker registers again or goes (the
+controller sends every arriving broker its full state) or the controller loses
+its role. It once dropped a request after three failed attempts, believing a
+broker that missed one would register again: one cut off from the controller
+but not from ZooKeeper keeps its registration, and a leader-and-isr dropped so
+left it without its role for good (the simulation's liveness phase, seed 801).
+The queue is bounded; on overflow it is emptied and the controller is asked to
+send that broker its full state again (``on_overflow``).
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from typing import Any, Callable
 log = logging.getLogger("ads.controller")
 
 QUEUE_MAX = 1_000
-ATTEMPTS_MAX = 3
-RETRY_BACKOFF_S = 0.5
+RETRY_BACKOFF_S = 0.5  # after failed attempt n the sender waits n times this, at most RETRY_BACKOFF_MAX_S
+RETRY_BACKOFF_MAX_S = 5.0
 CLOSE_JOIN_S = 1.0
 
 
@@ -87,13 +92,24 @@ class BrokerRequestChannel:
                     self._queue.popleft()
 
     def _deliver(self, action: str, body: dict[str, Any]) -> None:
-        for attempt in range(1, ATTEMPTS_MAX + 1):
-            if self._closed:
-                return
+        """Until delivered, or until ``body`` is no longer queued (the channel closed, or overflowed: the
+        controller sends that broker its full state again)."""
+        attempt = 0
+        while True:
+            with self._cond:
+                if not self._is_head(body):
+                    return
+            attempt += 1
             try:
                 self._connections.call_action(self.host, self.port, action, body, self._timeout_ms)
                 return
             except Exception as exc:
-                log.warning("controller: %s to broker %s failed (attempt %s of %s): %s", action, self.key[0],
-                            attempt, ATTEMPTS_MAX, exc)
-                time.sleep(RETRY_BACKOFF_S * attempt)
+                log.warning("controller: %s to broker %s failed (attempt %s): %s", action, self.key[0], attempt, exc)
+            deadline = time.monotonic() + min(RETRY_BACKOFF_S * attempt, RETRY_BACKOFF_MAX_S)
+            with self._cond:  # close() and send() notify: a closed channel stops waiting at once
+                while self._is_head(body) and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+
+    def _is_head(self, body: dict[str, Any]) -> bool:
+        """Whether ``body`` is still the request to deliver (called holding ``_cond``)."""
+        return not self._closed and bool(self._queue) and self._queue[0][1] is body
