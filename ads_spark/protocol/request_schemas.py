@@ -348,7 +348,9 @@ _LEADER_AND_ISR_PARTITION = Obj(_partition(
     topic_id=optional(Text(64)), leader=required(LEADER_ID), leader_epoch=required(EPOCH),
     isr=required(BROKER_IDS), elr=optional(BROKER_IDS), replicas=required(BROKER_IDS),
     observers=optional(BROKER_IDS), partition_epoch=optional(EPOCH), offline_replicas=optional(BROKER_IDS),
-    throttle_bytes_per_s=optional(Int(1, INT64_MAX)), config=optional(CONFIG)))
+    throttle_bytes_per_s=optional(Int(1, INT64_MAX)), config=optional(CONFIG),
+    isr_broker_epochs=optional(Distinct(Obj({"id": required(BROKER_ID), "broker_epoch": required(BROKER_EPOCH)}),
+                                        BROKERS_PER_REQUEST_MAX, ("id",)))))
 
 _BROKER = Obj({
     "id": required(BROKER_ID), "host": required(Text(HOST_CHARS_MAX)), "port": required(Int(1, 65535)),

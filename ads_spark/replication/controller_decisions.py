@@ -212,6 +212,10 @@ def partition_json(state: ControllerState, view: PartitionView) -> dict[str, Any
             "isr": list(view.state.isr), "elr": list(view.state.elr),
             "replicas": list(view.replicas), "observers": list(view.observers),
             "partition_epoch": view.state.partition_epoch,
+            # The incarnations the last ISR write recorded: a new leader knows from them which member's
+            # first fetch comes from a restarted broker, and its own writes keep them for members it has
+            # not heard from yet.
+            "isr_broker_epochs": [{"id": m, "broker_epoch": e} for m, e in view.state.isr_broker_epochs],
             "offline_replicas": [r for r in view.replicas if r not in state.live],
             "throttle_bytes_per_s": state.throttles.get((view.topic, view.partition)),
             "config": topic.config}

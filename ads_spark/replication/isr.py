@@ -105,13 +105,27 @@ def restarted_since_recorded(state: PartitionState, written: LeaderAndIsr) -> fr
 
 
 def known_broker_epochs(state: PartitionState, members: frozenset[int]) -> tuple[tuple[int, int], ...]:
-    """The incarnation of each follower in ``members`` that this leader has heard from, for the write."""
+    """The incarnation of each follower in ``members`` for the write: the one this leader heard from, else
+    the one the adopted ISR recorded (a member not heard from yet keeps its record: without it, a write
+    made before its first fetch dropped the record, and the controller could no longer tell that it
+    restarted; simulation seed 201293)."""
     pairs = []
     for member in sorted(members):
-        prog = state.progress.get(member)
-        if member != state.broker_id and prog is not None and prog.broker_epoch != UNKNOWN_BROKER_EPOCH:
-            pairs.append((member, prog.broker_epoch))
+        epoch = last_known_broker_epoch(state, member)
+        if member != state.broker_id and epoch != UNKNOWN_BROKER_EPOCH:
+            pairs.append((member, epoch))
     return tuple(pairs)
+
+
+def last_known_broker_epoch(state: PartitionState, member: int) -> int:
+    """The incarnation of ``member`` this leader heard from, else the one its adopted ISR recorded."""
+    prog = state.progress.get(member)
+    if prog is not None and prog.broker_epoch != UNKNOWN_BROKER_EPOCH:
+        return prog.broker_epoch
+    for recorded_member, broker_epoch in state.recorded_broker_epochs:
+        if recorded_member == member:
+            return broker_epoch
+    return UNKNOWN_BROKER_EPOCH
 
 
 def may_join(state: PartitionState, replica: int) -> bool:

@@ -40,6 +40,7 @@ from ads_spark.replication.state import (
     PendingProduce,
     Role,
     BatchInfo,
+    UNKNOWN_BROKER_EPOCH,
     check_invariants,
     evolve,
 )
@@ -230,12 +231,18 @@ def _on_follower_fetch(state: PartitionState, event: FollowerFetch):
     prog = isr.update_progress(old_prog, event.fetch_offset, event.broker_epoch, state.log_end_offset, event.now_ms)
     new = evolve(state, progress={**state.progress, event.replica_id: prog})
     effects: list[Effect] = []
-    restarted = old_prog.broker_epoch >= 0 and event.broker_epoch > old_prog.broker_epoch
+    known = isr.last_known_broker_epoch(state, event.replica_id)
+    restarted = known != UNKNOWN_BROKER_EPOCH and event.broker_epoch > known
+    # A member whose log ends below the HW lost committed records (a crash): its first fetch to a leader
+    # that never heard from it shows no new broker epoch, only the short log (simulation seed 201293).
+    behind = prog.log_end_offset < new.high_watermark
     if new.pending_isr is None:
-        if restarted and event.replica_id in new.isr:
+        if (restarted or behind) and event.replica_id in new.isr:
             new, effects = _propose_removal(new, event.now_ms, lost=frozenset({event.replica_id}))
         elif isr.may_join(new, event.replica_id):
-            new, proposed = isr.proposal(new, new.isr | {event.replica_id}, event.now_ms)
+            # Never re-propose a member known to lack committed records along with the one joining.
+            lost = isr.behind_high_watermark(new)
+            new, proposed = isr.proposal(new, (new.isr - lost) | {event.replica_id}, event.now_ms, ineligible=lost)
             effects.append(ProposeIsr(proposed, proposed.partition_epoch))
     new, more = _settle(state, new, event.now_ms)
     return new, effects + more + [reply(ErrorCode.NONE, new)]
@@ -384,9 +391,10 @@ def _propose_removal(state: PartitionState, now_ms: int, lagging: frozenset[int]
     ``lost`` (members that may lack committed records: a restart, or a log end below the HW; never the
     ELR). Nothing when both are empty or a write is already in flight.
 
-    Members below the HW are looked for on a tick and right after an ISR is adopted, not on every
-    fetch: a member gets there only by a restart, which its own fetch reports, and a restart seen
-    while a write is in flight is found when that write's answer is adopted (seed 1034869)."""
+    Members below the HW are looked for on a tick, right after an ISR is adopted, and at their own
+    fetch: a member gets there only by a restart, which its fetch reports (a newer broker epoch, or,
+    to a leader that never heard from it, a log end below the HW), and a restart seen while a write
+    is in flight is found when that write's answer is adopted (seed 1034869)."""
     if (not lagging and not lost) or state.pending_isr is not None:
         return state, []
     new, proposed = isr.proposal(state, state.isr - lagging - lost, now_ms, ineligible=lost)
@@ -405,7 +413,7 @@ def _on_isr_accepted(state: PartitionState, event: IsrUpdateAccepted):
             or lai.leader_epoch != state.leader_epoch or lai.partition_epoch <= state.partition_epoch):
         return state, []  # an answer to an older term or a repeat
     new = evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
-                 pending_isr=None)
+                 pending_isr=None, recorded_broker_epochs=lai.isr_broker_epochs)
     new, effects = _propose_removal(new, event.now_ms, lost=_lost_members(new, lai))
     new, more = _settle(state, new, event.now_ms)
     return new, effects + more
@@ -427,7 +435,7 @@ def _on_isr_rejected(state: PartitionState, event: IsrUpdateRejected):
         if cur.partition_epoch < state.partition_epoch:
             return state, []
         new = evolve(state, isr=frozenset(cur.isr), elr=frozenset(cur.elr), partition_epoch=cur.partition_epoch,
-                     pending_isr=None)
+                     pending_isr=None, recorded_broker_epochs=cur.isr_broker_epochs)
         if state.broker_id not in new.isr:
             new, done = roles.fence(new)
             return new, _completions(done)

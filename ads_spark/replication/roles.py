@@ -64,14 +64,15 @@ def become_leader(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[int,
         progress = {r: state.progress.get(r, FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms))
                     for r in (*replicas, *observers) if r != state.broker_id}
         return evolve(state, isr=frozenset(lai.isr), elr=frozenset(lai.elr), partition_epoch=lai.partition_epoch,
-                      replicas=replicas, observers=observers, progress=progress, pending_isr=None), []
+                      replicas=replicas, observers=observers, progress=progress, pending_isr=None,
+                      recorded_broker_epochs=lai.isr_broker_epochs), []
     failed = acks.fail_all(state.pending_produces, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     followers = [r for r in (*replicas, *observers) if r != state.broker_id]
     progress = {r: FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms) for r in followers}
     new = evolve(
         state, role=Role.LEADER, leader=state.broker_id, leader_epoch=lai.leader_epoch,
         partition_epoch=lai.partition_epoch, replicas=replicas, observers=observers,
-        isr=frozenset(lai.isr), elr=frozenset(lai.elr),
+        isr=frozenset(lai.isr), elr=frozenset(lai.elr), recorded_broker_epochs=lai.isr_broker_epochs,
         epochs=epochs.assign(state.epochs, lai.leader_epoch, state.log_end_offset),
         progress=progress, pending_isr=None, pending_produces=(), fenced=False,
         leader_epoch_start_offset=state.log_end_offset,
@@ -86,7 +87,7 @@ def become_follower(state: PartitionState, lai: LeaderAndIsr, replicas: tuple[in
         state, role=Role.FOLLOWER, leader=lai.leader, leader_epoch=lai.leader_epoch,
         partition_epoch=lai.partition_epoch, replicas=replicas, observers=observers,
         isr=frozenset(lai.isr), elr=frozenset(lai.elr), progress={}, pending_isr=None,
-        pending_produces=(), fenced=False,
+        pending_produces=(), fenced=False, recorded_broker_epochs=lai.isr_broker_epochs,
     )
     return new, failed
 

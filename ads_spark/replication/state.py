@@ -189,6 +189,10 @@ class PartitionState:
     producers: ProducerTable = ProducerTable()
     fenced: bool = False  # leader whose ISR write met a newer leader: acknowledges nothing more
     leader_epoch_start_offset: int = 0  # LEO when this leader epoch began (leader only)
+    # LeaderAndIsr.isr_broker_epochs of the ISR this broker last adopted: for members this leader has not
+    # heard from, the incarnation the ISR was written for (kept in its own writes, and a first fetch from a
+    # newer one is a restart).
+    recorded_broker_epochs: tuple[tuple[int, int], ...] = ()
 
     @property
     def is_leader(self) -> bool:

@@ -14,7 +14,9 @@ What is checked, precisely ("replica" = one broker's copy of one partition;
    in the same epoch, is the same incarnation L last heard from and is not
    being removed by L's ISR write in flight, has LEO(m) >= HW(L) (seed 801232:
    a follower back from a crash that lost part of L's committed records, heard
-   from while L, cut from ZooKeeper, still retried the write removing it);
+   from while L, cut from ZooKeeper, still retried the write removing it; seed
+   201293: such a follower first heard from while L's write adding another
+   replica was in flight, removed when its answer is adopted);
 5. committed history: the first replica whose HW passes offset o fixes the
    committed record at o; every replica's records below its own HW must be the
    same record (so replica logs are identical below the HW, and what any
@@ -53,6 +55,7 @@ ends each random schedule and records its failure here too.
 
 from __future__ import annotations
 
+from ads_spark.replication import isr as isr_rules
 from ads_spark.replication import controller_decisions as decide
 from ads_spark.replication.state import Role
 
@@ -241,7 +244,11 @@ class Checker:
             b = self.cluster.brokers[m]
             s = b.states[p]
             prog = leader.progress.get(m)
-            removing = leader.pending_isr is not None and m not in leader.pending_isr.proposed.isr
+            # Being removed: left out of the write in flight, or (seed 201293) found below the HW while that
+            # write is in flight, which the leader cannot recall; it removes the member when the answer is
+            # adopted (partition._lost_members). The controller-side check below covers its being elected.
+            removing = leader.pending_isr is not None and (m not in leader.pending_isr.proposed.isr
+                                                           or m in isr_rules.behind_high_watermark(leader))
             if (b.alive and prog is not None and b.broker_epoch == prog.broker_epoch and s.role is Role.FOLLOWER
                     and s.leader_epoch == leader.leader_epoch and not removing):
                 yield m, b.disks[p]

@@ -172,11 +172,7 @@ class SimBroker:
 
     def apply_leader_and_isr_entry(self, entry) -> None:
         """One partition of a fenced leader_and_isr body (wire form), read as control_handlers reads it."""
-        role = PartitionRole(leader_id=entry["leader"], leader_epoch=entry["leader_epoch"],
-                             partition_epoch=entry.get("partition_epoch", -1), isr=tuple(entry["isr"]),
-                             replicas=tuple(entry["replicas"]), observers=tuple(entry.get("observers") or ()),
-                             elr=tuple(entry.get("elr") or ()))
-        self._apply_role(int(entry["partition"]), role)
+        self._apply_role(int(entry["partition"]), PartitionRole.from_wire(entry))
 
     def _apply_role(self, p: int, role: PartitionRole) -> None:
         if self.id not in role.replicas and self.id not in role.observers:

@@ -495,3 +495,35 @@ def test_fetches_that_may_change_something_are_always_stepped(case):
     got = fetch(s, 2, offset, now=1200, **kw)
     assert got == full_step(s, 2, offset, 1200, **kw)
     assert got[0] is not s and got[0].progress[2].last_fetch_ms == 1200
+
+
+# ---- members a new leader has not heard from yet (simulation seed 201293)
+
+def leader_with_recorded(recorded, isr_=(1, 2, 3), leo=5, min_isr=1):
+    s = P.initial_state("t", 0, 1, PartitionConfig(min_insync_replicas=min_isr, replica_lag_time_max_ms=100),
+                        log_end_offset=leo, high_watermark_checkpoint=leo, epoch_pairs=((0, 0),))
+    lai = LeaderAndIsr(1, 1, isr_, (), 5, isr_broker_epochs=recorded)
+    s, _ = P.step(s, P.BecomeLeader(lai, REPLICAS, (), 0))
+    return s
+
+
+def test_a_first_fetch_from_a_newer_incarnation_than_the_isr_recorded_removes_the_member():
+    s = leader_with_recorded(((2, 6), (3, 7)))
+    s, eff = fetch(s, 3, 5, broker_epoch=10)  # restarted since the ISR was written, even at the HW
+    (proposal,) = of(eff, P.ProposeIsr)
+    assert proposal.proposed.isr == (1, 2) and 3 not in proposal.proposed.elr
+
+
+def test_a_first_fetch_below_the_hw_removes_the_member_it_lost_committed_records():
+    s = leader_with_recorded(())
+    s, eff = fetch(s, 3, 2, broker_epoch=10)
+    (proposal,) = of(eff, P.ProposeIsr)
+    assert proposal.proposed.isr == (1, 2) and 3 not in proposal.proposed.elr
+
+
+def test_a_write_keeps_the_recorded_incarnation_of_a_member_not_heard_from_yet():
+    s = leader_with_recorded(((3, 7),), isr_=(1, 3))
+    s, eff = fetch(s, 2, 5, broker_epoch=9)  # 2 joins before 3's first fetch
+    (proposal,) = of(eff, P.ProposeIsr)
+    assert proposal.proposed.isr == (1, 2, 3)
+    assert proposal.proposed.isr_broker_epochs == ((2, 9), (3, 7))

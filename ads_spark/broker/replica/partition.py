@@ -25,7 +25,7 @@ import logging
 import threading
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
@@ -58,6 +58,17 @@ class PartitionRole:
     replicas: tuple[int, ...] = ()
     observers: tuple[int, ...] = ()
     elr: tuple[int, ...] = ()
+    isr_broker_epochs: tuple[tuple[int, int], ...] = ()  # (member, broker epoch) the ISR write recorded
+
+    @classmethod
+    def from_wire(cls, entry: dict[str, Any]) -> "PartitionRole":
+        """One partition of a leader_and_isr body, already checked against its schema (request_schemas)."""
+        return cls(leader_id=entry["leader"], leader_epoch=entry["leader_epoch"],
+                   partition_epoch=entry.get("partition_epoch", -1), isr=tuple(entry["isr"]),
+                   replicas=tuple(entry["replicas"]), observers=tuple(entry.get("observers") or ()),
+                   elr=tuple(entry.get("elr") or ()),
+                   isr_broker_epochs=tuple(sorted((int(item["id"]), int(item["broker_epoch"]))
+                                                  for item in entry.get("isr_broker_epochs") or ())))
 
 
 @dataclass
@@ -242,7 +253,7 @@ class Partition:
 
     def apply_leader_and_isr(self, role: PartitionRole, now_ms: int) -> core.LeaderAndIsrRefused | None:
         lai = LeaderAndIsr(role.leader_id, role.leader_epoch, tuple(role.isr), tuple(role.elr),
-                           role.partition_epoch)
+                           role.partition_epoch, isr_broker_epochs=tuple(role.isr_broker_epochs))
         kind = core.BecomeLeader if role.leader_id == self.local_broker_id else core.BecomeFollower
         outbox = self._run(kind(lai, tuple(role.replicas), tuple(role.observers), now_ms))
         if outbox.refused is None or outbox.refused.error is ErrorCode.NONE:

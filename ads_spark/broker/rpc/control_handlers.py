@@ -74,18 +74,8 @@ class ControlHandlers:
         return {"error_code": 0, "partitions": results}
 
     def _apply_one(self, entry: dict[str, Any], brokers: dict[int, dict]) -> None:
-        what = "leader_and_isr partition"
-        topic = wire.require(entry, "topic", str, what)
-        number = wire.require(entry, "partition", int, what)
-        role = PartitionRole(
-            leader_id=wire.require(entry, "leader", int, what),
-            leader_epoch=wire.require(entry, "leader_epoch", int, what),
-            partition_epoch=wire.optional(entry, "partition_epoch", int, -1, what),
-            isr=tuple(wire.require(entry, "isr", list, what)),
-            replicas=tuple(wire.require(entry, "replicas", list, what)),
-            observers=tuple(wire.optional(entry, "observers", list, [], what)),
-            elr=tuple(wire.optional(entry, "elr", list, [], what)),
-        )
+        topic, number = entry["topic"], entry["partition"]
+        role = PartitionRole.from_wire(entry)  # the body passed its schema at the boundary
         me = self.broker.broker_id
         if me not in role.replicas and me not in role.observers:
             self._stop(topic, number, delete=True)
