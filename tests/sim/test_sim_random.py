@@ -27,7 +27,9 @@ FIRST_SEED = int(os.environ.get("ADS_SIM_FIRST_SEED", "0"))
 #           write and was left for later: a broker back from a crash, its log short of the HW, stayed in an ELR.
 #   (801, in the default window: the controller's channel dropped a leader-and-isr after three attempts to a
 #           broker cut from it but not from ZooKeeper, which kept no role until the liveness phase's bound.)
-REGRESSION_SEEDS = (203695, 801232, 521390, 1034869, 1422945, 1030387)
+#   201293: a new leader, never having heard from an ISR member back from a crash (its log short of the HW),
+#           counted it in sync and proposed an ISR naming it with no recorded incarnation.
+REGRESSION_SEEDS = (203695, 801232, 521390, 1034869, 1422945, 1030387, 201293)
 
 
 def _seeds():
