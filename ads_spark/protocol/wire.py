@@ -155,6 +155,10 @@ def flight_error(error: AdsError) -> flight.FlightServerError:
     return flight.FlightServerError(str(error), extra_info=detail)
 
 
+# What pyarrow raises (ArrowInvalid, no subtype) for a call on a FlightClient already closed.
+CLOSED_CLIENT_MESSAGE = "FlightClient is closed"
+
+
 def to_ads_error(exc: Exception) -> AdsError:
     """A Flight (or socket) exception as the typed AdsError the caller should see."""
     if isinstance(exc, AdsError):
@@ -170,6 +174,10 @@ def to_ads_error(exc: Exception) -> AdsError:
         return RequestTimedOutError(f"request timed out: {exc}")
     if isinstance(exc, (flight.FlightUnavailableError, flight.FlightCancelledError, ConnectionError, OSError)):
         return NetworkExceptionError(f"broker unreachable: {_first_line(exc)}")
+    if isinstance(exc, pa.ArrowInvalid) and str(exc).startswith(CLOSED_CLIENT_MESSAGE):
+        # Another thread dropped the shared connection (it saw the broker fail, or the broker closed it as
+        # idle) while this call was starting on it: retriable like the failure that made it drop.
+        return NetworkExceptionError(f"connection closed while in use: {_first_line(exc)}")
     if isinstance(exc, flight.FlightError):
         return error_for(ErrorCode.UNKNOWN_SERVER_ERROR, _first_line(exc))
     return error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")

@@ -127,6 +127,14 @@ def test_wire_errors_round_trip_through_flight_exceptions():
     assert isinstance(wire.to_ads_error(flight.FlightUnavailableError("down")), errors.NetworkExceptionError)
 
 
+def test_a_call_on_a_client_another_thread_closed_is_a_retriable_network_error():
+    client = flight.connect("grpc://127.0.0.1:1")  # never contacted: connect is lazy
+    client.close()
+    with pytest.raises(pa.ArrowInvalid) as raised:
+        list(client.do_action(flight.Action("metadata", b"{}")))
+    assert isinstance(wire.to_ads_error(raised.value), errors.NetworkExceptionError)
+
+
 def test_wire_rejects_malformed_bodies():
     with pytest.raises(errors.InvalidRequestError, match="not valid JSON"):
         wire.loads(b"{nope", "fetch")
