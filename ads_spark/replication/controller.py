@@ -17,7 +17,8 @@ event while a request is out is an ``InvariantViolation`` (only
 
 The modules: ``controller_state`` (state, config, work items), ``controller_events``
 (events, effects, the shell contract), ``controller_decisions`` (the views and
-calls into the rules, the bodies sent) and this dispatcher. Every function is
+calls into the rules, the bodies sent), ``controller_reassign`` (the reassignment
+work items) and this dispatcher. Every function is
 module-level and small, and this module calls ``controller_decisions`` through
 the module, so a mutation test may monkeypatch one (e.g.
 ``controller_decisions.offline_decisions``) to plant a bug.
@@ -26,14 +27,15 @@ the module, so a mutation test may monkeypatch one (e.g.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Mapping
 
 from ads_spark.errors import ErrorCode, InvariantViolation
 from ads_spark.replication import controller_decisions as decide
-from ads_spark.replication import election, reassignment
+from ads_spark.replication import controller_reassign as reassign
+from ads_spark.replication import election
 from ads_spark.replication.controller_events import (
-    ANSWERS, REQUESTS, AskLogEnds, AssignmentWritten, BrokersChanged, ChannelOverflowed, ClearReassignment,
-    CloseChannels, ControlledShutdownRequested, ControllerFailed, DeleteTopicZnodes, Elected, ElectLeadersRequested,
+    ANSWERS, REQUESTS, AskLogEnds, AssignmentWritten, BrokersChanged, ChannelOverflowed, CloseChannels,
+    ControlledShutdownRequested, ControllerFailed, DeleteTopicZnodes, Elected, ElectLeadersRequested,
     Event, IsrChanged, Log, LogEndsAnswered, LostLeadership, PartitionStatesWritten, ReadTopics, RebalanceTick,
     ReassignmentRequested, Reloaded, ReplyToRequest, Resign, SendStopReplica, Snapshot, TopicConfigsChanged,
     TopicDeletionsRequested, TopicsChanged, TopicsRead, WriteAssignment, WritePartitionStates, WriteRejected,
@@ -43,7 +45,7 @@ from ads_spark.replication.controller_state import (
     ApplyDecisions, ApplyTopicConfig, AwaitingAssignment, AwaitingLogEnds, AwaitingTopics, AwaitingWrite,
     BeginApplied, CompleteReassignments, CompletionApplied, ControllerState, ElectLeaders, ElectOffline, Emit, Key,
     PassOverBrokers, PushMetadata, Reply, ReplyShutdown, RequestAssignment, SendPartitions, StartReassignments,
-    TopicInfo, check_invariants,
+    TopicInfo, check_invariants, queue_first,
 )
 from ads_spark.replication.election import Decision, PartitionView
 from ads_spark.replication.state import LeaderAndIsr, evolve
@@ -82,7 +84,7 @@ def step(state: ControllerState, event: Event) -> tuple[ControllerState, list]:
         case TopicConfigsChanged():
             new = on_topic_configs(state, event)
         case ReassignmentRequested():
-            new = state if not state.active or event.request is None else _queue(state, start_item(event.request))
+            new = state if not state.active or event.request is None else queue_first(state, reassign.start_item(event.request))
         case RebalanceTick():
             new = on_rebalance_tick(state, out)
         case ControlledShutdownRequested():
@@ -98,7 +100,7 @@ def step(state: ControllerState, event: Event) -> tuple[ControllerState, list]:
         case TopicsRead():
             new = on_topics_read(state, event)
         case AssignmentWritten():
-            new = _queue(evolve(state, awaiting=None), *state.awaiting.then)
+            new = queue_first(evolve(state, awaiting=None), *state.awaiting.then)
         case _:
             raise InvariantViolation(f"controller: unknown event {event!r}")
     new = _drain(new, out)
@@ -118,11 +120,6 @@ def _check_sequence(state: ControllerState, event: Event) -> None:
                                  f"{_ANSWER_TO[type(state.awaiting)].__name__}; answer each request first")
     if state.awaiting is None and isinstance(event, ANSWERS):
         raise InvariantViolation(f"controller: {type(event).__name__} answers no request")
-
-
-def _queue(state: ControllerState, *items) -> ControllerState:
-    """Put ``items`` at the front of the pending work, in order."""
-    return evolve(state, pending=tuple(items) + state.pending) if items else state
 
 
 def _request(state: ControllerState, effect, continuation, out: list) -> ControllerState:
@@ -158,17 +155,17 @@ def run_item(state: ControllerState, item, out: list) -> ControllerState:
         case ApplyTopicConfig():
             return run_apply_topic_config(state, item)
         case StartReassignments():
-            return run_start_reassignments(state, item, out)
+            return reassign.run_start_reassignments(state, item, out)
         case BeginApplied():
-            return run_begin_applied(state, item, out)
+            return reassign.run_begin_applied(state, item, out)
         case CompleteReassignments():
-            return run_complete_reassignments(state, item, out)
+            return reassign.run_complete_reassignments(state, item, out)
         case RequestAssignment():
             key = item.key
             return _request(state, WriteAssignment(key[0], key[1], item.replicas, item.adding, item.removing,
                                                    state.epoch_version), AwaitingAssignment(item.then), out)
         case CompletionApplied():
-            return run_completion_applied(state, item, out)
+            return reassign.run_completion_applied(state, item, out)
         case ReplyShutdown():
             decide.reply_shutdown(state, item, out)
         case Reply():
@@ -203,8 +200,8 @@ def reload(state: ControllerState, snapshot: Snapshot, out: list) -> ControllerS
     failed = frozenset(named - set(state.live)) | frozenset(unclean)
     items = [PassOverBrokers(failed, tuple(unclean.items())), PushMetadata(), SendPartitions()]
     if snapshot.reassignment is not None:
-        items.append(start_item(snapshot.reassignment))  # resume one a previous controller left running
-    return _queue(state, *items)
+        items.append(reassign.start_item(snapshot.reassignment))  # resume one a previous controller left running
+    return queue_first(state, *items)
 
 
 def loaded_topics(state: ControllerState, topics: Mapping[str, TopicInfo], views: Mapping[Key, PartitionView],
@@ -239,7 +236,7 @@ def on_brokers_changed(state: ControllerState, event: BrokersChanged, out: list)
     if arrived:
         items += [Emit((Log("info", f"controller: brokers arrived {sorted(arrived)}"),)),
                   SendPartitions(None, frozenset(arrived)), ElectOffline(None)]
-    return _queue(state, *items)
+    return queue_first(state, *items)
 
 
 def on_topics_changed(state: ControllerState, event: TopicsChanged, out: list) -> ControllerState:
@@ -247,7 +244,7 @@ def on_topics_changed(state: ControllerState, event: TopicsChanged, out: list) -
         return state
     new = tuple(sorted(set(event.names) - set(state.topics)))
     if not new:
-        return _queue(state, PushMetadata())
+        return queue_first(state, PushMetadata())
     return _request(state, ReadTopics(new), AwaitingTopics(new), out)
 
 
@@ -256,8 +253,9 @@ def on_topics_read(state: ControllerState, event: TopicsRead) -> ControllerState
     topics, views = loaded_topics(state, state.topics, state.views, {n: event.topics.get(n) for n in names},
                                   event.states)
     state = evolve(state, awaiting=None, topics=topics, views=views)
-    keys = tuple(sorted(key for key in views if key[0] in set(names)))
-    return _queue(state, ElectOffline(keys), SendPartitions(keys), PushMetadata())
+    read = set(names)
+    keys = tuple(sorted(key for key in views if key[0] in read))
+    return queue_first(state, ElectOffline(keys), SendPartitions(keys), PushMetadata())
 
 
 def on_isr_changed(state: ControllerState, event: IsrChanged) -> ControllerState:
@@ -274,7 +272,7 @@ def on_isr_changed(state: ControllerState, event: IsrChanged) -> ControllerState
     # the pass over broker changes, with none failed, writes it out over these partitions only.
     restarted = decide.restarted_keys(state, keys)
     items = [PassOverBrokers(frozenset(), (), restarted)] if restarted else []
-    return _queue(state, *items, CompleteReassignments(), PushMetadata())
+    return queue_first(state, *items, CompleteReassignments(), PushMetadata())
 
 
 def on_topic_deletions(state: ControllerState, event: TopicDeletionsRequested, out: list) -> ControllerState:
@@ -304,7 +302,7 @@ def on_topic_configs(state: ControllerState, event: TopicConfigsChanged) -> Cont
         raise InvariantViolation(f"controller: config change of {missing} without their settings")
     items = [ApplyTopicConfig(name, config if config is not None else {}, event.settings[name])
              for name, config in event.configs.items() if name in state.topics]
-    return _queue(state, *items, PushMetadata())
+    return queue_first(state, *items, PushMetadata())
 
 
 def on_rebalance_tick(state: ControllerState, out: list) -> ControllerState:
@@ -314,7 +312,7 @@ def on_rebalance_tick(state: ControllerState, out: list) -> ControllerState:
     if not keys:
         return state
     out.append(Log("info", f"controller: leader imbalance; preferred election for {len(keys)} partitions"))
-    return _queue(state, ElectLeaders(None, "preferred", tuple(keys)))
+    return queue_first(state, ElectLeaders(None, "preferred", tuple(keys)))
 
 
 def on_controlled_shutdown(state: ControllerState, event: ControlledShutdownRequested, out: list) -> ControllerState:
@@ -330,7 +328,7 @@ def on_controlled_shutdown(state: ControllerState, event: ControlledShutdownRequ
         return state
     views = decide.decision_views(state, (v for v in state.views.values() if event.broker_id in v.replicas))
     plan = election.controlled_shutdown(views, event.broker_id, frozenset(state.live), state.epoch, force=event.force)
-    return _queue(state, ApplyDecisions(plan.decisions), PushMetadata(),
+    return queue_first(state, ApplyDecisions(plan.decisions), PushMetadata(),
                   ReplyShutdown(event.request_id, event.broker_id, plan.refused))
 
 
@@ -339,7 +337,7 @@ def on_elect_leaders(state: ControllerState, event: ElectLeadersRequested, out: 
         out.append(ReplyToRequest(event.request_id, decide.not_controller(state)))
         return state
     keys = None if event.keys is None else tuple(tuple(key) for key in event.keys)
-    return _queue(state, ElectLeaders(event.request_id, event.election_type, keys))
+    return queue_first(state, ElectLeaders(event.request_id, event.election_type, keys))
 
 
 def on_channel_overflowed(state: ControllerState, event: ChannelOverflowed, out: list) -> ControllerState:
@@ -360,14 +358,14 @@ def _ask_or_none(state: ControllerState, item, decisions: list[Decision], out: l
     questions = decide.log_end_questions(state, {(d.topic, d.partition) for d in decisions if d.unclean})
     if not questions:
         out.append(Log("info", "controller: replica log ends before an unclean election: {}"))
-        return _queue(state, replace(item, log_ends={}))
+        return queue_first(state, replace(item, log_ends={}))
     return _request(state, AskLogEnds(questions), AwaitingLogEnds(item), out)
 
 
 def on_log_ends(state: ControllerState, event: LogEndsAnswered, out: list) -> ControllerState:
     found = event.found if event.found is not None else {}
     out.append(Log("info", f"controller: replica log ends before an unclean election: {dict(found)}"))
-    return _queue(evolve(state, awaiting=None), replace(state.awaiting.item, log_ends=found))
+    return queue_first(evolve(state, awaiting=None), replace(state.awaiting.item, log_ends=found))
 
 
 def run_pass_over_brokers(state: ControllerState, item: PassOverBrokers, out: list) -> ControllerState:
@@ -375,7 +373,7 @@ def run_pass_over_brokers(state: ControllerState, item: PassOverBrokers, out: li
     decisions = decide.broker_change_decisions(state, views, item.failed, frozenset(b for b, _ in item.unclean),
                                         item.log_ends)
     asked = _ask_or_none(state, item, decisions, out)
-    return asked if asked is not None else _queue(state, ApplyDecisions(tuple(decisions), item.unclean, retry=item))
+    return asked if asked is not None else queue_first(state, ApplyDecisions(tuple(decisions), item.unclean, retry=item))
 
 
 def run_elect_offline(state: ControllerState, item: ElectOffline, out: list) -> ControllerState:
@@ -384,7 +382,7 @@ def run_elect_offline(state: ControllerState, item: ElectOffline, out: list) -> 
         keys = tuple(key for key, view in state.views.items() if view.state.leader < 0)
     decisions = decide.offline_decisions(state, keys, item.log_ends)
     asked = _ask_or_none(state, item, decisions, out)
-    return asked if asked is not None else _queue(state, ApplyDecisions(tuple(decisions)))
+    return asked if asked is not None else queue_first(state, ApplyDecisions(tuple(decisions)))
 
 
 def run_elect_leaders(state: ControllerState, item: ElectLeaders, out: list) -> ControllerState:
@@ -405,7 +403,7 @@ def run_elect_leaders(state: ControllerState, item: ElectLeaders, out: list) -> 
         items.append(PushMetadata())
     if item.request_id is not None:
         items.append(Reply(item.request_id, {"error_code": 0, "partitions": results}))
-    return _queue(state, *items)
+    return queue_first(state, *items)
 
 
 def run_apply_decisions(state: ControllerState, item: ApplyDecisions, out: list) -> ControllerState:
@@ -426,12 +424,12 @@ def on_states_written(state: ControllerState, event: PartitionStatesWritten, out
     decide.send_leader_and_isr(state, changed, None, out)
     decide.record_unclean_starts(written.record_unclean, written.views_before, changed, out)
     if all((d.topic, d.partition) in changed for d in written.decisions):
-        state = _queue(state, *written.if_written)
+        state = queue_first(state, *written.if_written)
     raced = tuple(sorted((d.topic, d.partition) for d, result in zip(written.decisions, event.results)
                          if isinstance(result, WriteRejected) and result.current is not None))
     if written.retry is not None and raced:
         if written.retry.retries < PASS_RETRIES_MAX:
-            state = _queue(state, _retry_pass(written.retry, raced, written.views_before))
+            state = queue_first(state, _retry_pass(written.retry, raced, written.views_before))
         else:
             out.append(Log("warning", f"controller: the pass over broker changes lost {PASS_RETRIES_MAX + 1} races "
                                       f"for {list(raced)}; the next broker or ISR change decides them"))
@@ -459,84 +457,4 @@ def run_apply_topic_config(state: ControllerState, item: ApplyTopicConfig) -> Co
                                  unclean_leader_election_enable=item.settings.unclean_leader_election_enable)
             keys.append(key)
     # An offline partition may now be electable (e.g. unclean election was enabled).
-    return _queue(evolve(state, views=views), ElectOffline(tuple(keys)))
-
-
-# ---------------------------------------------------------------- reassignment (KIP-455's two writes)
-
-
-def start_item(request: Mapping[str, Any]) -> StartReassignments:
-    """The work that starts every move named in /admin/reassign_partitions (Kafka's JSON)."""
-    return StartReassignments(tuple(request.get("partitions", [])), request.get("throttle_bytes_per_s"))
-
-
-def run_start_reassignments(state: ControllerState, item: StartReassignments, out: list) -> ControllerState:
-    """Begin the next valid move from ``item.index`` (an assignment write); at the end announce them all."""
-    for index in range(item.index, len(item.items)):
-        entry = item.items[index]
-        key, target = (str(entry["topic"]), int(entry["partition"])), tuple(int(r) for r in entry["replicas"])
-        view = state.views.get(key)
-        if view is None or key in state.reassignments:
-            continue
-        if reassignment.validate(target, state.live) is not ErrorCode.NONE:
-            out.append(Log("warning", f"controller: reassignment of {key[0]}-{key[1]} to {target} refused "
-                                      "(brokers not all alive)"))
-            continue
-        plan = reassignment.begin(view.replicas, target)
-        then = (BeginApplied(key, target, plan.replicas, view.replicas, item.throttle),
-                replace(item, index=index + 1, started=item.started + (key,)))
-        return _queue(state, RequestAssignment(key, plan.replicas, plan.adding, plan.removing, then))
-    # A state write (new partition epoch) makes the leader take the larger replica set.
-    announced = tuple(reassignment.announce(state.views[key], state.epoch) for key in item.started)
-    return _queue(state, ApplyDecisions(announced), CompleteReassignments(request_seen=True))
-
-
-def run_begin_applied(state: ControllerState, item: BeginApplied, out: list) -> ControllerState:
-    key = item.key
-    throttles = {**state.throttles, key: int(item.throttle)} if item.throttle else state.throttles
-    out.append(Log("info", f"controller: reassigning {key[0]}-{key[1]} from {list(item.old_replicas)} to "
-                           f"{list(item.target)}"))
-    return evolve(state, views={**state.views, key: replace(state.views[key], replicas=item.replicas)},
-                  reassignments={**state.reassignments, key: item.target}, throttles=throttles)
-
-
-def run_complete_reassignments(state: ControllerState, item: CompleteReassignments, out: list) -> ControllerState:
-    """Finish the next move whose new replicas are all in sync; clear the request when none is left."""
-    remaining = item.remaining
-    if remaining is None:
-        if not state.reassignments and not item.request_seen:
-            return state
-        remaining = tuple(state.reassignments.items())
-    live = frozenset(state.live)
-    for index, (key, target) in enumerate(remaining):
-        view = state.views.get(key)
-        decision = None if view is None else reassignment.complete(decide.decision_view(state, view), target,
-                                                                   live, state.epoch)
-        if decision is None:
-            continue
-        removed = tuple(r for r in view.replicas if r not in target)
-        # The final assignment only once the state write is accepted: if a leader's ISR write won the race,
-        # the move stays open and the next ISR change (that write sent one) tries to complete it again.
-        finish = RequestAssignment(key, target, (), (), (CompletionApplied(key, target, removed),))
-        return _queue(state, ApplyDecisions((decision,), if_written=(finish,)),
-                      replace(item, remaining=remaining[index + 1:]))
-    if not state.reassignments:
-        out.append(ClearReassignment())  # every move named in it is done (or was refused)
-    decide.push_metadata(state, (), out)
-    return state
-
-
-def run_completion_applied(state: ControllerState, item: CompletionApplied, out: list) -> ControllerState:
-    key = item.key
-    state = evolve(state, views={**state.views, key: replace(state.views[key], replicas=item.target)},
-                   reassignments={k: v for k, v in state.reassignments.items() if k != key},
-                   throttles={k: v for k, v in state.throttles.items() if k != key})
-    for broker_id in item.removed:
-        if broker_id in state.live:
-            out.append(SendStopReplica(broker_id, {"controller_epoch": state.epoch, "partitions": [
-                {"topic": key[0], "partition": key[1], "delete": True}]}))
-    decide.send_leader_and_isr(state, (key,), None, out)
-    out.append(Log("info", f"controller: reassignment of {key[0]}-{key[1]} to {list(item.target)} completed"))
-    return state
-
-
+    return queue_first(evolve(state, views=views), ElectOffline(tuple(keys)))

@@ -43,11 +43,12 @@ def live_broker_epochs(state: ControllerState) -> dict[int, int]:
 
 
 def decision_view(state: ControllerState, view: PartitionView) -> PartitionView:
-    """What a decision may take ``view`` as: without ISR members restarted since the ISR was written."""
-    return election.without_restarted_members(view, live_broker_epochs(state))
+    """``decision_views`` of one view (so whatever replaces that function takes this one too)."""
+    return decision_views(state, (view,))[0]
 
 
 def decision_views(state: ControllerState, views: Iterable[PartitionView]) -> list[PartitionView]:
+    """What decisions may take ``views`` as: without ISR members restarted since the ISR was written."""
     epochs = live_broker_epochs(state)
     return [election.without_restarted_members(view, epochs) for view in views]
 

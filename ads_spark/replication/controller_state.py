@@ -30,6 +30,7 @@ from typing import Any, Mapping, Union
 
 from ads_spark.errors import InvariantViolation
 from ads_spark.replication.election import Decision, LogEnd, PartitionView
+from ads_spark.replication.state import evolve
 
 Key = tuple[str, int]  # (topic, partition)
 # Per partition, per replica that answered: (last epoch in its log, log end offset).
@@ -338,6 +339,11 @@ class ControllerState:
 def initial_state(broker_id: int, config: ControllerConfig = ControllerConfig()) -> ControllerState:
     """A broker's controller before it ever won the election."""
     return ControllerState(broker_id=broker_id, config=config)
+
+
+def queue_first(state: ControllerState, *items: WorkItem) -> ControllerState:
+    """``state`` with ``items`` put at the front of its pending work, in order."""
+    return evolve(state, pending=tuple(items) + state.pending) if items else state
 
 
 def offline_partition_count(state: ControllerState) -> int:
