@@ -131,6 +131,23 @@ def parse_bool(value: Any, *, name: str) -> bool:
     raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be true or false")
 
 
+def parse_int(value: Any, *, name: str, min_value: int | None = None, max_value: int | None = None) -> int:
+    """``value`` (an int, or its decimal text with surrounding blanks ignored) as an int within the bounds.
+
+    The one parser of integer settings (broker, topic and client); anything else raises
+    ``InvalidConfigError`` naming the setting, instead of a bare ``ValueError``.
+    """
+    try:
+        number = int(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be an integer") from None
+    if min_value is not None and number < min_value:
+        raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be >= {min_value}")
+    if max_value is not None and number > max_value:
+        raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be <= {max_value}")
+    return number
+
+
 def parse_value(key: ConfigKey, raw: Any) -> Any:
     """Convert ``raw`` (usually a string) to the key's type, raising InvalidConfigError naming the key."""
     if raw is None:
@@ -138,12 +155,7 @@ def parse_value(key: ConfigKey, raw: Any) -> Any:
     text = raw.strip() if isinstance(raw, str) else raw
     try:
         if key.kind == "int":
-            value = int(text)
-            if key.min_value is not None and value < key.min_value:
-                raise ValueError(f"must be >= {key.min_value}")
-            if key.max_value is not None and value > key.max_value:
-                raise ValueError(f"must be <= {key.max_value}")
-            return value
+            return parse_int(raw, name=key.name, min_value=key.min_value, max_value=key.max_value)
         if key.kind == "bool":
             return parse_bool(raw, name=key.name)
         if key.kind == "enum":

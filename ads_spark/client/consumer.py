@@ -17,12 +17,11 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from ads_spark.config import parse_bool
+from ads_spark.config import parse_bool, parse_int
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, backoff_sleep
 from ads_spark.errors import (
     AdsError,
-    InvalidConfigError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
@@ -90,13 +89,11 @@ class Consumer:
         self._connections = connections or Connections(config)
         self._owns_connections = connections is None
         self.client_rack = self.config.get("client.rack")
-        self.fetch_max_bytes = int(self.config.get("fetch.max.bytes", 50 << 20))
-        self.partition_fetch_max_bytes = int(self.config.get("max.partition.fetch.bytes", 8 << 20))
-        self.fetch_max_wait_ms = int(self.config.get("fetch.max.wait.ms", 500))
-        self.api_timeout_ms = int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT))
-        self.max_poll_records = int(self.config.get("max.poll.records", RECORDS_PER_POLL_MAX_DEFAULT))
-        if self.max_poll_records < 1:
-            raise InvalidConfigError(f"invalid value {self.max_poll_records} for 'max.poll.records': must be at least 1")
+        self.fetch_max_bytes = self._int_setting("fetch.max.bytes", 50 << 20, min_value=1)
+        self.partition_fetch_max_bytes = self._int_setting("max.partition.fetch.bytes", 8 << 20, min_value=1)
+        self.fetch_max_wait_ms = self._int_setting("fetch.max.wait.ms", 500, min_value=0)
+        self.api_timeout_ms = self._int_setting("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT, min_value=0)
+        self.max_poll_records = self._int_setting("max.poll.records", RECORDS_PER_POLL_MAX_DEFAULT, min_value=1)
         reset = str(self.config.get("auto.offset.reset", "latest"))
         if reset not in ("earliest", "latest", "none"):
             raise InvalidRequestError(f"auto.offset.reset must be earliest, latest or none, got {reset!r}")
@@ -109,6 +106,10 @@ class Consumer:
         self._not_local: set[tuple[str, int]] = set()
         self.local_fetches = 0  # fetches served by the local read path (for tests and benchmarks)
         self._poll_fetcher: PollFetcher | None = None
+
+    def _int_setting(self, name: str, default: int, *, min_value: int) -> int:
+        """Config key ``name`` as an int; a bad value raises InvalidConfigError naming the key."""
+        return parse_int(self.config.get(name, default), name=name, min_value=min_value)
 
     # ---- assignment -------------------------------------------------------------
 
@@ -311,17 +312,24 @@ class Consumer:
         positions = {key: self._resolve_position(key) for key in self._positions}
         result = {}
         records_left = self.max_poll_records
+        cut_short = None
         for key, chunk in self._poll_fetcher.poll(positions, timeout).items():
             table = chunk.table
-            if records_left <= 0:
-                break
+            if records_left <= 0:  # left out: buffered again at the position it still has
+                self._poll_fetcher.keep(key, positions[key], chunk)
+                continue
             if table.num_rows > records_left:
                 table = table.slice(0, records_left)
                 self._positions[key] = table.column("offset")[-1].as_py() + 1
+                rest = FetchedChunk(chunk.table.slice(records_left), chunk.high_watermark,
+                                    chunk.log_start_offset, chunk.next_offset)
+                cut_short = (key, self._positions[key], rest)
             else:
                 self._positions[key] = chunk.next_offset
             records_left -= table.num_rows
             result[TopicPartition(*key)] = table
+        if cut_short is not None:  # after the left-out partitions, so that they come first next time
+            self._poll_fetcher.keep(*cut_short)
         return result
 
     def poll(self, timeout: float = 1.0) -> list[Record]:

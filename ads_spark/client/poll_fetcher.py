@@ -98,6 +98,12 @@ class PollFetcher:
             raise error
         return ready
 
+    def keep(self, key, start_offset_inclusive: int, chunk: FetchedChunk) -> None:
+        """Buffer again records ``poll`` returned but the caller did not use (``max.poll.records``), so the next
+        poll takes them without a fetch. No fetch of ``key`` can be in flight: its answer was just taken."""
+        with self._changed:
+            self._answers.setdefault(key, _Answer(start_offset_inclusive, chunk))
+
     def _send_fetches(self, positions) -> float:
         """Send what is due; returns when a leader skipped for backing off may be asked again (inf: none)."""
         by_leader: dict[int, list] = {}

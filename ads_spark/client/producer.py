@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from ads_spark.config import parse_bool
+from ads_spark.config import parse_bool, parse_int
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections
 from ads_spark.client.delivery import DeliveryFuture, RecordMetadata
@@ -101,14 +101,18 @@ class Producer:
         self._connections = connections or Connections(config)
         self._owns_connections = connections is None
         self.acks = wire.parse_acks(self.config.get("acks", "all"))
-        self.linger_ms = int(self.config.get("linger.ms", 5))
-        self.batch_size_bytes = int(self.config.get("batch.size", 1 << 20))
+
+        def setting(name: str, default: int) -> int:  # a bad value: InvalidConfigError naming the key
+            return parse_int(self.config.get(name, default), name=name)
+
+        self.linger_ms = setting("linger.ms", 5)
+        self.batch_size_bytes = setting("batch.size", 1 << 20)
         # Queued batches of a partition leave together up to this size (client/producer_batch.py).
-        self.request_bytes_max = int(self.config.get("max.request.size", DEFAULT_REQUEST_BYTES_MAX))
-        self.delivery_timeout_ms = int(self.config.get("delivery.timeout.ms", 120_000))
-        self.request_timeout_ms = int(self.config.get("request.timeout.ms", 30_000))
-        self.max_in_flight = int(self.config.get("max.in.flight.requests.per.connection", 5))
-        self.retry_backoff_ms = int(self.config.get("retry.backoff.ms", 100))
+        self.request_bytes_max = setting("max.request.size", DEFAULT_REQUEST_BYTES_MAX)
+        self.delivery_timeout_ms = setting("delivery.timeout.ms", 120_000)
+        self.request_timeout_ms = setting("request.timeout.ms", 30_000)
+        self.max_in_flight = setting("max.in.flight.requests.per.connection", 5)
+        self.retry_backoff_ms = setting("retry.backoff.ms", 100)
         # Kafka's default: idempotent unless the user asked for acks other than all (which it requires).
         idempotence = self.config.get("enable.idempotence")
         if idempotence is None:
