@@ -44,7 +44,7 @@ import pyarrow.flight as flight
 from ads_spark.broker.allocator import ARENAS_MAX, TRIM_THRESHOLD_BYTES
 from ads_spark.broker.zk.model import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_path
 from ads_spark.chaos import fuzz_inputs as inputs
-from ads_spark.chaos.runner import keep_logs
+from ads_spark.chaos.runner import keep_logs, wait_healed
 from ads_spark.chaos import fuzz_special as special
 from ads_spark.chaos import fuzz_streams as streams
 from ads_spark.chaos.fuzz_checks import end_checks, run_checks
@@ -411,17 +411,8 @@ class Fuzzer:
     def _wait_in_sync(self) -> None:
         """After a heal, until keep's and the sink's replicas are back in sync (bounded): what settles after the
         new baseline would be blamed on the next category."""
-        deadline = time.monotonic() + HEAL_SETTLE_S
-        while time.monotonic() < deadline:
-            try:
-                partitions = [p for d in self.admin.describe_topics([inputs.KEEP_TOPIC, inputs.SINK_TOPIC])
-                              for p in d.partitions]
-                if all(p.leader >= 0 and set(p.isr) == set(p.replicas) for p in partitions):
-                    time.sleep(SETTLE_S)
-                    return
-            except Exception:  # noqa: BLE001 - metadata not back yet
-                pass
-            time.sleep(0.25)
+        if wait_healed(self.admin, (inputs.KEEP_TOPIC, inputs.SINK_TOPIC), HEAL_SETTLE_S, 0.25)[0]:
+            time.sleep(SETTLE_S)
 
     def log_tail(self, broker_id: int, lines: int = LOG_TAIL_LINES) -> list[str]:
         try:

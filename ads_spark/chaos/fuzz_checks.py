@@ -15,7 +15,8 @@ from typing import Any, Callable
 from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC
 from ads_spark.chaos.fuzz_special import probe_controller
 from ads_spark.chaos.fuzz_state import PLANTED_TEXT, checkpoint_keys, proc_status
-from ads_spark.client import Consumer, Producer, TopicPartition
+from ads_spark.chaos.runner import final_reads, wait_healed
+from ads_spark.client import Producer, TopicPartition
 from ads_spark.config import BROKER_KEYS, read_properties
 
 # Every check a run reports, in the order of the report; tests/chaos/test_fuzz.py asserts each one.
@@ -87,21 +88,10 @@ def _checkpoints(fuzzer) -> dict:
     return _check(not bad, "; ".join(bad) or "every offset checkpoint parses")
 
 
-def _wait_keep_in_sync(fuzzer) -> tuple[bool, list]:
-    partitions = []
-
-    def in_sync() -> bool:
-        nonlocal partitions
-        partitions = fuzzer.admin.describe_topics([KEEP_TOPIC])[0].partitions
-        return all(p.leader >= 0 and set(p.isr) == set(p.replicas) for p in partitions)
-    synced = _wait(in_sync, ISR_WAIT_S)
-    return synced, [[p.partition, p.leader, sorted(p.isr)] for p in partitions]
-
-
 def _verify_replicas(fuzzer) -> dict:
     """``ads verify-replicas`` exits 0, over replicas that are all in sync: of a partition without a leader
     there is nothing below a high watermark to compare, and exit 0 would prove nothing."""
-    synced, seen = _wait_keep_in_sync(fuzzer)
+    synced, seen = wait_healed(fuzzer.admin, (KEEP_TOPIC,), ISR_WAIT_S, 0.25)
     command = [sys.executable, "-m", "ads_spark.cli.main", "verify-replicas", "--bootstrap-server",
                fuzzer.cluster.bootstrap_servers, "--topic", KEEP_TOPIC]
     done = subprocess.run(command, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S)
@@ -111,18 +101,9 @@ def _verify_replicas(fuzzer) -> dict:
 
 
 def _acked_readable(fuzzer) -> dict:
-    consumer = Consumer({"bootstrap.servers": fuzzer.cluster.bootstrap_servers, "local.reads": "false",
-                         "request.timeout.ms": 10000, "default.api.timeout.ms": 20000})
-    try:
-        stored: dict[tuple[int, int], bytes] = {}
-        for partition in sorted({p for p, _ in fuzzer.acked}):
-            tp = TopicPartition(KEEP_TOPIC, partition)
-            start, high_watermark = consumer.get_watermark_offsets(tp)
-            table = consumer.fetch_arrow(tp, start, high_watermark)
-            stored.update(((partition, o), v) for o, v in zip(table.column("offset").to_pylist(),
-                                                                table.column("value").to_pylist()))
-    finally:
-        consumer.close()
+    reads = final_reads(fuzzer.cluster.bootstrap_servers, KEEP_TOPIC, sorted({p for p, _ in fuzzer.acked}),
+                        {"request.timeout.ms": 10000, "default.api.timeout.ms": 20000})
+    stored = {(partition, offset): value for partition, rows in reads.items() for offset, value in rows}
     missing = [key for key in fuzzer.acked if key not in stored]
     different = [key for key, value in fuzzer.acked.items() if key in stored and stored[key] != value]
     detail = (f"{len(fuzzer.acked)} acknowledged, {len(missing)} missing (first {sorted(missing)[:5]}), "
@@ -144,15 +125,8 @@ def _new_topic(fuzzer) -> dict:
         failed = [f.exception(timeout=5) for f in futures if f.exception(timeout=5) is not None]
     finally:
         producer.close(10)
-    consumer = Consumer({"bootstrap.servers": fuzzer.cluster.bootstrap_servers, "local.reads": "false",
-                         "default.api.timeout.ms": 20000})
-    try:
-        read = []
-        for partition in range(3):
-            tp = TopicPartition(topic, partition)
-            read += consumer.fetch_arrow(tp, *consumer.get_watermark_offsets(tp)).column("value").to_pylist()
-    finally:
-        consumer.close()
+    reads = final_reads(fuzzer.cluster.bootstrap_servers, topic, range(3), {"default.api.timeout.ms": 20000})
+    read = [value for rows in reads.values() for _, value in rows]
     ok = not failed and sorted(read) == sorted(values)
     return _check(ok, f"created '{topic}'; {len(values) - len(failed)}/{len(values)} acknowledged, {len(read)} read"
                       + (f"; first failure: {failed[0]}" if failed else ""))

@@ -30,11 +30,14 @@ import pyarrow.flight as flight
 
 from ads_spark.broker.log.manager import (HIGH_WATERMARK_CHECKPOINT, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                                           parse_partition_dir_name)
+from ads_spark.broker.log.checkpoints import _parse_checkpoint, _parse_offset_entry
+from ads_spark.broker.log.checkpoints import _read_lines as _read_checkpoint_lines
 from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC, SINK_TOPIC
 from ads_spark.chaos.fuzz_report import code_name, typed_detail
 from ads_spark.broker.zk.model import ISR_CHANGE_PATH
 from ads_spark.broker.zk.session import DEFAULT_CHROOT
 from ads_spark.config import BrokerConfig, read_properties
+from ads_spark.errors import StorageError
 
 PROBE_PREFIX = "fuzzprobe-"
 CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, LOG_START_CHECKPOINT)
@@ -169,22 +172,19 @@ def _walk(base: Path, directory: Path, prefix: str, found: dict[str, str]) -> No
 
 
 def checkpoint_keys(path: Path) -> str:
-    """The partitions an offset checkpoint names (offsets left out: they move), or why it cannot be read."""
+    """The partitions an offset checkpoint names (offsets left out: they move), or why it cannot be read.
+
+    Parsed by the broker's own reader (broker/log/checkpoints.py): a file it would read with problems is
+    malformed here."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = _read_checkpoint_lines(path) or []
+    except StorageError as exc:
         return f"unreadable: {exc}"
-    if len(lines) < 2 or not lines[1].strip().isdigit() or int(lines[1]) != len([x for x in lines[2:] if x.strip()]):
-        return f"malformed: header {lines[:2]!r}, {len(lines) - 2} entry lines"
-    keys = []
-    for line in lines[2:]:
-        topic_partition, _, _offset = line.rpartition(" ")
-        topic = topic_partition.rpartition(" ")[0]
-        if len(line.split()) != 3:
-            return f"malformed line {line!r}"
-        if not ignored_topic(topic):
-            keys.append(topic_partition)
-    return "partitions " + ", ".join(sorted(keys))
+    entries, problems = _parse_checkpoint(path, lines, _parse_offset_entry)
+    if problems:
+        return "malformed: " + "; ".join(problems)
+    return "partitions " + ", ".join(sorted(f"{topic} {partition}" for _, (topic, partition, _offset) in entries
+                                            if not ignored_topic(topic)))
 
 
 def broker_view(port: int, timeout_s: float = VIEW_TIMEOUT_S) -> str:

@@ -267,8 +267,8 @@ def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s
     time.sleep(2)
     workload.stop()
     ended = workload.producing_stopped_s
-    healed = _wait_healed(admin)
-    finals = _final_reads(cluster.bootstrap_servers)
+    _, healed = wait_healed(admin)
+    finals = final_reads(cluster.bootstrap_servers)
     verdict = check(workload.attempts, finals, [workload.consumer_reads], _replica_batches(cluster),
                     nemesis.windows, (began, ended))
     stored = {value for rows in finals.values() for _, value in rows}
@@ -280,28 +280,33 @@ def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s
             "windows": nemesis.windows, "began": began}
 
 
-def _wait_healed(admin: Admin) -> list:
-    """Until every partition has a leader and a full ISR (bounded); returns [partition, leader, isr] as last seen."""
-    deadline = time.monotonic() + HEAL_WAIT_S
+def wait_healed(admin: Admin, topics=(TOPIC,), timeout_s: float = HEAL_WAIT_S,
+                interval_s: float = 0.5) -> tuple[bool, list]:
+    """Until every partition of ``topics`` has a leader and its full ISR (bounded): whether they all did, and
+    [partition, leader, isr] as last seen."""
+    deadline = time.monotonic() + timeout_s
     seen: list = []
-    while time.monotonic() < deadline:
+    while True:
         try:
-            partitions = admin.describe_topics([TOPIC])[0].partitions
+            partitions = [p for d in admin.describe_topics(list(topics)) for p in d.partitions]
             seen = [[p.partition, p.leader, sorted(p.isr)] for p in partitions]
-            if all(len(p.isr) == 3 and p.leader >= 0 for p in partitions):
-                break
-        except Exception:
+            if all(p.leader >= 0 and set(p.isr) == set(p.replicas) for p in partitions):
+                return True, seen
+        except Exception:  # noqa: BLE001 - metadata not back yet
             pass
-        time.sleep(0.5)
-    return seen
+        if time.monotonic() >= deadline:
+            return False, seen
+        time.sleep(interval_s)
 
 
-def _final_reads(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "local.reads": "false"})
+def final_reads(bootstrap: str, topic: str = TOPIC, partitions=range(PARTITIONS),
+                config: dict | None = None) -> dict[int, list[tuple[int, bytes]]]:
+    """Every stored record of ``partitions`` of ``topic``, log start to high watermark: [(offset, value)]."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "local.reads": "false", **(config or {})})
     try:
         out = {}
-        for partition in range(PARTITIONS):
-            tp = TopicPartition(TOPIC, partition)
+        for partition in partitions:
+            tp = TopicPartition(topic, partition)
             start, high_watermark = consumer.get_watermark_offsets(tp)
             table = consumer.fetch_arrow(tp, start, high_watermark)
             out[partition] = list(zip(table.column("offset").to_pylist(), table.column("value").to_pylist()))
