@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ads_spark.replication.state import (
     UNKNOWN_BROKER_EPOCH,
+    broker_epoch_recorded,
     FollowerProgress,
     LeaderAndIsr,
     PartitionState,
@@ -122,10 +123,8 @@ def last_known_broker_epoch(state: PartitionState, member: int) -> int:
     prog = state.progress.get(member)
     if prog is not None and prog.broker_epoch != UNKNOWN_BROKER_EPOCH:
         return prog.broker_epoch
-    for recorded_member, broker_epoch in state.recorded_broker_epochs:
-        if recorded_member == member:
-            return broker_epoch
-    return UNKNOWN_BROKER_EPOCH
+    recorded = broker_epoch_recorded(state.recorded_broker_epochs, member)
+    return UNKNOWN_BROKER_EPOCH if recorded is None else recorded
 
 
 def may_join(state: PartitionState, replica: int) -> bool:

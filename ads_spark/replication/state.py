@@ -98,10 +98,15 @@ class LeaderAndIsr:
     isr_broker_epochs: tuple[tuple[int, int], ...] = ()
 
     def recorded_broker_epoch(self, member: int) -> int | None:
-        for recorded_member, broker_epoch in self.isr_broker_epochs:
-            if recorded_member == member:
-                return broker_epoch
-        return None
+        return broker_epoch_recorded(self.isr_broker_epochs, member)
+
+
+def broker_epoch_recorded(pairs: tuple[tuple[int, int], ...], member: int) -> int | None:
+    """The broker epoch ``pairs`` (an ``isr_broker_epochs``) records for ``member``; None without an entry."""
+    for recorded_member, broker_epoch in pairs:
+        if recorded_member == member:
+            return broker_epoch
+    return None
 
 
 @dataclass(frozen=True, slots=True)

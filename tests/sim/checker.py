@@ -238,19 +238,21 @@ class Checker:
         return [] if p in self.voided else sorted(self.acked.get(p, {}).items())
 
     def _synced_members(self, p: int, leader):
+        # Being removed: left out of the write in flight, or (seed 201293) found below the HW while that
+        # write is in flight, which the leader cannot recall; it removes the member when the answer is
+        # adopted (partition._lost_members). The controller-side check below covers its being elected.
+        removing: frozenset[int] = frozenset()
+        if leader.pending_isr is not None:
+            removing = ((leader.isr - frozenset(leader.pending_isr.proposed.isr))
+                        | isr_rules.behind_high_watermark(leader))
         for m in leader.isr:
             if m == leader.broker_id:
                 continue
             b = self.cluster.brokers[m]
             s = b.states[p]
             prog = leader.progress.get(m)
-            # Being removed: left out of the write in flight, or (seed 201293) found below the HW while that
-            # write is in flight, which the leader cannot recall; it removes the member when the answer is
-            # adopted (partition._lost_members). The controller-side check below covers its being elected.
-            removing = leader.pending_isr is not None and (m not in leader.pending_isr.proposed.isr
-                                                           or m in isr_rules.behind_high_watermark(leader))
             if (b.alive and prog is not None and b.broker_epoch == prog.broker_epoch and s.role is Role.FOLLOWER
-                    and s.leader_epoch == leader.leader_epoch and not removing):
+                    and s.leader_epoch == leader.leader_epoch and m not in removing):
                 yield m, b.disks[p]
 
     def after_step(self) -> None:

@@ -47,6 +47,7 @@ from typing import Any, Mapping
 from ads_spark.broker.controller.channel import QUEUE_MAX, RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S
 from ads_spark.broker.controller.effects import BROKER_REQUEST_TIMEOUT_MS
 from ads_spark.broker.controller.zk_reads import topic_settings
+from ads_spark.broker.rpc.control_handlers import log_end_of
 from ads_spark.config import BROKER_KEYS, TOPIC_KEYS
 from ads_spark.errors import ErrorCode
 from ads_spark.protocol import wire
@@ -133,9 +134,8 @@ def log_ends_answer(broker, body: Mapping[str, Any]) -> list[dict[str, Any]] | N
     broker.controller_epoch_seen = verdict.controller_epoch
     items = []
     for entry in body["partitions"]:
-        state = broker.partitions[int(entry["partition"])].state  # one value: epoch and end agree
         items.append({"topic": entry["topic"], "partition": entry["partition"], "error_code": 0,
-                      "last_epoch": state.epochs.latest_epoch, "log_end_offset": state.log_end_offset})
+                      **log_end_of(broker.partitions[int(entry["partition"])].state)})
     return items
 
 

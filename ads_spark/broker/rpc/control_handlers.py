@@ -41,6 +41,12 @@ from ads_spark.replication import fencing
 log = logging.getLogger("ads.broker.control")
 
 
+def log_end_of(state) -> dict[str, int]:
+    """A replica's entry in a replica_log_ends answer, from one ``PartitionState`` (one immutable value: the
+    epoch and end offset agree). The simulation's brokers answer with it too (tests/sim/controller_env.py)."""
+    return {"last_epoch": state.epochs.latest_epoch, "log_end_offset": state.log_end_offset}
+
+
 class ControlHandlers:
     def __init__(self, broker):
         self.broker = broker
@@ -136,8 +142,7 @@ class ControlHandlers:
                     raise UnknownTopicOrPartitionError(f"broker {self.broker.broker_id} holds no replica of "
                                                        f"{topic}-{number}")
                 partition = partition or self.broker.ensure_partition(topic, number, topic_id, config)
-                state = partition.state  # one immutable value: the epoch and end offset agree
-                item.update(last_epoch=state.epochs.latest_epoch, log_end_offset=state.log_end_offset)
+                item.update(log_end_of(partition.state))
             except AdsError as exc:
                 item.update(error_code=int(exc.code), message=exc.message or str(exc))
             results.append(item)
