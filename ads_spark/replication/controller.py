@@ -37,7 +37,8 @@ from ads_spark.replication.controller_events import (
     ANSWERS, REQUESTS, AskLogEnds, AssignmentWritten, BrokersChanged, ChannelOverflowed, CloseChannels,
     ControlledShutdownRequested, ControllerFailed, DeleteTopicZnodes, Elected, ElectLeadersRequested,
     Event, IsrChanged, Log, LogEndsAnswered, LostLeadership, PartitionStatesWritten, ReadTopics, RebalanceTick,
-    ReassignmentRequested, Reloaded, ReplyToRequest, Resign, SendStopReplica, Snapshot, TopicConfigsChanged,
+    ReassignmentRequested, RecoveryTick, Reloaded, ReplyToRequest, Resign, SendStopReplica, Snapshot,
+    TopicConfigsChanged,
     TopicDeletionsRequested, TopicsChanged, TopicsRead, WriteAssignment, WritePartitionStates, WriteRejected,
 )
 from ads_spark.replication.controller_state import (
@@ -87,6 +88,8 @@ def step(state: ControllerState, event: Event) -> tuple[ControllerState, list]:
             new = state if not state.active or event.request is None else queue_first(state, reassign.start_item(event.request))
         case RebalanceTick():
             new = on_rebalance_tick(state, out)
+        case RecoveryTick():
+            new = on_recovery_tick(state, event)
         case ControlledShutdownRequested():
             new = on_controlled_shutdown(state, event, out)
         case ElectLeadersRequested():
@@ -206,13 +209,23 @@ def reload(state: ControllerState, snapshot: Snapshot, out: list) -> ControllerS
 
 def loaded_topics(state: ControllerState, topics: Mapping[str, TopicInfo], views: Mapping[Key, PartitionView],
                   found: Mapping[str, TopicInfo | None], states: Mapping[Key, LeaderAndIsr]):
-    """New topic and view maps: ``topics``/``views`` with the ``found`` topics loaded, in order."""
+    """New topic and view maps: ``topics``/``views`` with the ``found`` topics loaded, in order.
+
+    A topic already in ``topics`` (the same incarnation) gains only the partitions it lacks (a partition
+    increase): the others keep their view and assignment, which may be ahead of what was read (a write or
+    a reassignment in flight)."""
     topics, views = dict(topics), dict(views)
     for name, topic in found.items():
         if topic is None:
             continue
+        known = topics.get(name)
+        added = dict(topic.assignment)
+        if known is not None and known.topic_id == topic.topic_id:
+            added = {p: r for p, r in topic.assignment.items() if p not in known.assignment}
+            topic = replace(known, assignment={**known.assignment, **added},
+                            observers={**known.observers, **{p: o for p, o in topic.observers.items() if p in added}})
         topics[name] = topic
-        for number, replicas in topic.assignment.items():
+        for number, replicas in added.items():
             lai = states.get((name, number))
             if lai is not None:  # else created without a state (should not happen): nothing to lead yet
                 views[(name, number)] = decide.partition_view(topic, name, number, replicas, lai)
@@ -240,21 +253,24 @@ def on_brokers_changed(state: ControllerState, event: BrokersChanged, out: list)
 
 
 def on_topics_changed(state: ControllerState, event: TopicsChanged, out: list) -> ControllerState:
+    """New topics are read; so are known ones named in ``grown`` (partitions added), for the new partitions."""
     if not state.active:
         return state
-    new = tuple(sorted(set(event.names) - set(state.topics)))
-    if not new:
+    grown = {name for name in event.grown if name in state.topics and name in event.names}
+    names = tuple(sorted((set(event.names) - set(state.topics)) | grown))
+    if not names:
         return queue_first(state, PushMetadata())
-    return _request(state, ReadTopics(new), AwaitingTopics(new), out)
+    return _request(state, ReadTopics(names), AwaitingTopics(names), out)
 
 
 def on_topics_read(state: ControllerState, event: TopicsRead) -> ControllerState:
     names = state.awaiting.names
     topics, views = loaded_topics(state, state.topics, state.views, {n: event.topics.get(n) for n in names},
                                   event.states)
-    state = evolve(state, awaiting=None, topics=topics, views=views)
     read = set(names)
-    keys = tuple(sorted(key for key in views if key[0] in read))
+    # Only partitions without a view before: a known topic's existing partitions are neither elected nor re-sent.
+    keys = tuple(sorted(key for key in views if key[0] in read and key not in state.views))
+    state = evolve(state, awaiting=None, topics=topics, views=views)
     return queue_first(state, ElectOffline(keys), SendPartitions(keys), PushMetadata())
 
 
@@ -282,7 +298,8 @@ def on_topic_deletions(state: ControllerState, event: TopicDeletionsRequested, o
         keys = [key for key in state.views if key[0] == name]
         by_broker: dict[int, list[dict]] = {}
         for key in keys:
-            for replica in state.views[key].replicas:
+            view = state.views[key]
+            for replica in (*view.replicas, *view.observers):  # observers hold a copy too
                 by_broker.setdefault(replica, []).append({"topic": key[0], "partition": key[1], "delete": True})
         for broker_id, partitions in by_broker.items():
             if broker_id in state.live:
@@ -313,6 +330,23 @@ def on_rebalance_tick(state: ControllerState, out: list) -> ControllerState:
         return state
     out.append(Log("info", f"controller: leader imbalance; preferred election for {len(keys)} partitions"))
     return queue_first(state, ElectLeaders(None, "preferred", tuple(keys)))
+
+
+def on_recovery_tick(state: ControllerState, event: RecoveryTick) -> ControllerState:
+    """Decide again the partitions unclean recovery could lead now but for a missing log end; past
+    unclean.recovery.timeout.ms of waiting, with their last known ELR alone."""
+    if not state.active:
+        return state
+    waiting = decide.recovery_waiting(state)
+    since = {key: state.recovery_waiting_since_ms.get(key, event.now_ms) for key in waiting}
+    timed_out = frozenset(key for key in waiting
+                          if event.now_ms - since[key] >= state.config.unclean_recovery_timeout_ms)
+    state = evolve(state, recovery_waiting_since_ms=since)
+    keys = tuple(key for key, waits_for in waiting.items()
+                 if waits_for(key in timed_out) <= frozenset(state.live))
+    if not keys:
+        return state
+    return queue_first(state, ElectOffline(keys, recovery_timed_out=tuple(sorted(timed_out & set(keys)))))
 
 
 def on_controlled_shutdown(state: ControllerState, event: ControlledShutdownRequested, out: list) -> ControllerState:
@@ -351,20 +385,22 @@ def on_channel_overflowed(state: ControllerState, event: ChannelOverflowed, out:
 
 
 def _ask_or_none(state: ControllerState, item, decisions: list[Decision], out: list) -> ControllerState | None:
-    """Unclean recovery (KIP-966): the first time ``decisions`` elect uncleanly anywhere, ask those
-    partitions' live non-observer replicas where their logs end; ``item`` runs again with the answers."""
-    if item.log_ends is not None or not any(d.unclean for d in decisions):
+    """The first time ``decisions`` elect uncleanly or by unclean recovery (KIP-966) anywhere, ask those
+    partitions' live non-observer replicas where their logs end; ``item`` runs again with the answers
+    (a recovery decision made without them is a placeholder, never written)."""
+    if item.log_ends is not None or not any(d.unclean or d.recovery for d in decisions):
         return None
-    questions = decide.log_end_questions(state, {(d.topic, d.partition) for d in decisions if d.unclean})
+    questions = decide.log_end_questions(state, {(d.topic, d.partition) for d in decisions
+                                                 if d.unclean or d.recovery})
     if not questions:
-        out.append(Log("info", "controller: replica log ends before an unclean election: {}"))
+        out.append(Log("info", "controller: replica log ends before an unclean election or recovery: {}"))
         return queue_first(state, replace(item, log_ends={}))
     return _request(state, AskLogEnds(questions), AwaitingLogEnds(item), out)
 
 
 def on_log_ends(state: ControllerState, event: LogEndsAnswered, out: list) -> ControllerState:
     found = event.found if event.found is not None else {}
-    out.append(Log("info", f"controller: replica log ends before an unclean election: {dict(found)}"))
+    out.append(Log("info", f"controller: replica log ends before an unclean election or recovery: {dict(found)}"))
     return queue_first(evolve(state, awaiting=None), replace(state.awaiting.item, log_ends=found))
 
 
@@ -380,7 +416,7 @@ def run_elect_offline(state: ControllerState, item: ElectOffline, out: list) -> 
     keys = item.keys
     if keys is None:
         keys = tuple(key for key, view in state.views.items() if view.state.leader < 0)
-    decisions = decide.offline_decisions(state, keys, item.log_ends)
+    decisions = decide.offline_decisions(state, keys, item.log_ends, frozenset(item.recovery_timed_out))
     asked = _ask_or_none(state, item, decisions, out)
     return asked if asked is not None else queue_first(state, ApplyDecisions(tuple(decisions)))
 

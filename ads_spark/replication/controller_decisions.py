@@ -12,7 +12,8 @@ written here that those modules already hold.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping
 
 from ads_spark.errors import ErrorCode, InvariantViolation
 from ads_spark.replication import election
@@ -80,18 +81,31 @@ def broker_change_decisions(state: ControllerState, views: list[PartitionView], 
                                        live_broker_epochs=live_broker_epochs(state))
 
 
-def offline_decisions(state: ControllerState, keys: Iterable[Key], log_ends: LogEnds | None) -> list[Decision]:
-    """A leader for every partition of ``keys`` whose leader is not live; none for one still offline."""
+def offline_decisions(state: ControllerState, keys: Iterable[Key], log_ends: LogEnds | None,
+                      recovery_timed_out: frozenset[Key] = frozenset()) -> list[Decision]:
+    """A leader for every partition of ``keys`` whose leader is not live; none for one still offline.
+    ``recovery_timed_out``: partitions whose unclean recovery waits only for their last known ELR."""
     live = frozenset(state.live)
     views = [view for view in decision_views(state, (state.views[key] for key in sorted(keys)))
              if view.state.leader not in live]
     decisions = []
     for view in views:
+        key = (view.topic, view.partition)
         decision = election.elect(view, live, state.epoch, reason="offline partition",
-                                  log_ends=(log_ends or {}).get((view.topic, view.partition)))
+                                  log_ends=election.ends_of(log_ends, key),
+                                  recovery_timed_out=key in recovery_timed_out)
         if not (decision.new_state.leader == NO_LEADER and view.state.leader == NO_LEADER):
             decisions.append(decision)  # else still offline: nothing new to write
     return decisions
+
+
+def recovery_waiting(state: ControllerState) -> dict[Key, Callable[[bool], frozenset[int]]]:
+    """Offline partitions waiting for unclean recovery (ISR and ELR empty), sorted: key -> the replicas it
+    waits for, given whether its wait timed out (``election.recovery_waits_for`` of its decision view)."""
+    live = frozenset(state.live)
+    return {(view.topic, view.partition): partial(election.recovery_waits_for, view)
+            for view in sorted(decision_views(state, state.views.values()), key=lambda v: (v.topic, v.partition))
+            if view.state.leader not in live and election.recovery_waits_for(view)}
 
 
 def requested_unclean_decisions(state: ControllerState, views: Mapping[Key, PartitionView],
@@ -163,7 +177,7 @@ def take_write_results(state: ControllerState, decisions: tuple[Decision, ...], 
                        out: list) -> tuple[ControllerState, set]:
     """Accepted decisions become the views (at their new partition epoch); a rejected one takes the state
     ZooKeeper holds now (a leader's ISR write won the race: decide again later)."""
-    views, changed, unclean = dict(state.views), set(), 0
+    views, changed, unclean, recovered = dict(state.views), set(), 0, 0
     for decision, result in zip(decisions, results):
         key = (decision.topic, decision.partition)
         view = views[key]
@@ -175,15 +189,21 @@ def take_write_results(state: ControllerState, decisions: tuple[Decision, ...], 
             raise InvariantViolation(f"controller: write result {result!r} for {key}")
         views[key] = evolve(view, state=evolve(decision.new_state, partition_epoch=result))
         changed.add(key)
+        if decision.recovery:  # counted whether or not also unclean (ads_unclean_recovery_elections)
+            recovered += 1
         if decision.unclean:
             unclean += 1
             out.append(Log("warning", f"controller: {key[0]}-{key[1]} {decision.reason}"))
+        elif decision.recovery:
+            out.append(Log("warning", f"controller: {key[0]}-{key[1]} leader {decision.new_state.leader} epoch "
+                                      f"{decision.new_state.leader_epoch} ({decision.reason})"))
         else:
             out.append(Log("info", f"controller: {key[0]}-{key[1]} leader {decision.new_state.leader} epoch "
                                    f"{decision.new_state.leader_epoch} ({decision.reason})"))
     accepted = sum(1 for d in decisions if (d.topic, d.partition) in changed)
     return evolve(state, views=views, elections=state.elections + accepted,
-                  unclean_elections=state.unclean_elections + unclean), changed
+                  unclean_elections=state.unclean_elections + unclean,
+                  recovery_elections=state.recovery_elections + recovered), changed
 
 
 def record_unclean_starts(record, views_before: Mapping[Key, PartitionView], written: set, out: list) -> None:
@@ -236,11 +256,13 @@ def brokers_json(state: ControllerState) -> list[dict[str, Any]]:
 
 def send_leader_and_isr(state: ControllerState, keys: Iterable[Key], only_brokers: frozenset[int] | None,
                         out: list) -> None:
-    """One leader-and-isr per live replica of ``keys`` (in ``only_brokers``), naming its broker epoch."""
+    """One leader-and-isr per live replica or observer of ``keys`` (in ``only_brokers``), naming its broker
+    epoch. An observer needs it as a replica does: it is what opens the partition there and points its
+    fetcher at the leader; the entry's ``observers`` keeps it out of the ISR and of elections."""
     by_broker: dict[int, list[dict[str, Any]]] = {}
     for key in sorted(keys):
         view, entry = state.views[key], None
-        for replica in view.replicas:
+        for replica in (*view.replicas, *view.observers):
             if replica in state.live and (only_brokers is None or replica in only_brokers):
                 entry = entry if entry is not None else partition_json(state, view)
                 by_broker.setdefault(replica, []).append(entry)

@@ -111,9 +111,11 @@ class BrokersChanged:
 
 @dataclass(frozen=True, slots=True)
 class TopicsChanged:
-    """``/brokers/topics`` changed: ``names`` is ``zk.topic_names()``. New ones are read (``ReadTopics``)."""
+    """``/brokers/topics`` changed: ``names`` is ``zk.topic_names()``. New ones are read (``ReadTopics``), and
+    so are the known ones in ``grown`` (``zk.take_partition_change_notifications()``: partitions were added)."""
 
     names: tuple[str, ...]
+    grown: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,17 @@ class ReassignmentRequested:
 @dataclass(frozen=True, slots=True)
 class RebalanceTick:
     """Every leader.imbalance.check.interval.seconds: preferred elections if leadership is imbalanced."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryTick:
+    """Every few seconds while active (the shell's timer; ``now_ms`` a monotonic clock): the partitions still
+    waiting for unclean recovery (KIP-966) with every replica it waits for live are decided again, their log
+    ends asked again (a member that did not answer the last time, cut off or busy, may now; nothing else
+    would ask again), and those waiting ``unclean.recovery.timeout.ms`` since the first tick that saw them
+    wait only for their last known ELR. No effects when none waits."""
+
+    now_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +233,7 @@ class AssignmentWritten:
 
 
 Event = Union[Elected, Reloaded, LostLeadership, ControllerFailed, BrokersChanged, TopicsChanged, IsrChanged,
-              TopicDeletionsRequested, TopicConfigsChanged, ReassignmentRequested, RebalanceTick,
+              TopicDeletionsRequested, TopicConfigsChanged, ReassignmentRequested, RebalanceTick, RecoveryTick,
               ControlledShutdownRequested, ElectLeadersRequested, ChannelOverflowed, PartitionStatesWritten,
               LogEndsAnswered, TopicsRead, AssignmentWritten]
 

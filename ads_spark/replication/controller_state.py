@@ -46,11 +46,15 @@ class ControllerConfig:
 
     leader_imbalance_per_broker_percentage: int = 10
     auto_leader_rebalance_enable: bool = True
+    # How long a partition waits for every replica before unclean recovery takes the last known ELR alone
+    # (election.py rule 4), from the first RecoveryTick that saw it waiting.
+    unclean_recovery_timeout_ms: int = 300_000
 
     @classmethod
     def from_broker_config(cls, config) -> "ControllerConfig":
-        """From the broker's config (``BrokerConfig`` or any mapping with these two keys, values parsed)."""
-        return cls(config["leader.imbalance.per.broker.percentage"], config["auto.leader.rebalance.enable"])
+        """From the broker's config (``BrokerConfig`` or any mapping with these keys, values parsed)."""
+        return cls(config["leader.imbalance.per.broker.percentage"], config["auto.leader.rebalance.enable"],
+                   config["unclean.recovery.timeout.ms"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +146,12 @@ PASS_RETRIES_MAX = 8
 
 @dataclass(frozen=True, slots=True)
 class ElectOffline:
-    """Elect a leader for each of ``keys`` whose leader is not live (None: those led by nobody when run)."""
+    """Elect a leader for each of ``keys`` whose leader is not live (None: those led by nobody when run);
+    unclean recovery of ``recovery_timed_out`` waits only for their last known ELR (election.py rule 4)."""
 
     keys: tuple[Key, ...] | None = None
     log_ends: LogEnds | None = None
+    recovery_timed_out: tuple[Key, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +336,12 @@ class ControllerState:
     throttles: Mapping[Key, int] = field(default_factory=dict)  # catch-up bytes/s; keys in reassignments
     elections: int = 0  # partition states this controller wrote accepted (leader or ISR changes)
     unclean_elections: int = 0  # of those, unclean elections; <= elections
+    # Of those, unclean recoveries (KIP-966, after a whole-cluster crash; a lossy one past
+    # unclean.recovery.timeout.ms is also in unclean_elections); <= elections
+    recovery_elections: int = 0
+    # Partitions waiting for unclean recovery -> the RecoveryTick time (ms) that first saw them waiting;
+    # rebuilt at every tick (so only waiting partitions), for unclean.recovery.timeout.ms.
+    recovery_waiting_since_ms: Mapping[Key, int] = field(default_factory=dict)
     # The continuation: work still to do in this event, front first. Empty unless ``awaiting`` is set,
     # i.e. between the shell's event batches pending == () and awaiting is None.
     pending: tuple[WorkItem, ...] = ()
@@ -364,3 +376,5 @@ def check_invariants(state: ControllerState) -> None:
         raise InvariantViolation("controller: a throttle outlived its reassignment")
     if not 0 <= state.unclean_elections <= state.elections:
         raise InvariantViolation(f"controller: {state.unclean_elections} unclean of {state.elections} elections")
+    if not 0 <= state.recovery_elections <= state.elections:
+        raise InvariantViolation(f"controller: {state.recovery_elections} recoveries of {state.elections} elections")

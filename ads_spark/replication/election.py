@@ -8,8 +8,19 @@ Order of choice (ARCHITECTURE.md invariant 7, KIP-966):
 3. only with unclean.leader.election.enable: a live, non-observer replica,
    and the result says ``unclean=True`` so the loss is reported, never silent.
    Given the replicas' log ends (the controller asks them first), the one whose
-   log holds the most (KIP-966's unclean recovery), else in replica order;
-4. otherwise no leader: the partition is offline (leader NO_LEADER, epoch bumped).
+   log holds the most, else in replica order;
+4. unclean recovery (KIP-966, automatic): when ISR and ELR are both empty because
+   crashes took every member out, and every non-observer replica is live and
+   reported its log end, the replica whose log holds the most
+   (``most_complete_replica``): every surviving copy of a committed record is in
+   a log no longer than the chosen one, so this loses only what no replica kept
+   (``recovery=True``, not unclean). Every replica, not only the last known ELR:
+   a follower outside the ISR may hold a committed record every ISR member lost
+   in the crash (simulation seed 582, min ISR 1). Once the controller has waited
+   ``unclean.recovery.timeout.ms`` (``recovery_timed_out``), the members of
+   ``last_known_elr`` suffice; a replica still missing then may have held more,
+   so that choice is reported as unclean;
+5. otherwise no leader: the partition is offline (leader NO_LEADER, epoch bumped).
 
 A broker that restarted after an unclean shutdown is ``ineligible``: it leaves
 ISR and ELR and may lead again only after it caught up and the leader
@@ -55,12 +66,16 @@ class Decision:
     expected_partition_epoch: int
     unclean: bool = False  # the new leader was not in ISR/ELR: committed records may be lost
     reason: str = ""
+    # Chosen by unclean recovery (rule 4): without log ends yet, a placeholder the controller re-decides once
+    # it asked the replicas (it never writes one decided without them).
+    recovery: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
     leader: int
     unclean: bool
+    recovery: bool = False
 
 
 # (last leader epoch in its log, log end offset) of one replica, as it answered the controller.
@@ -86,12 +101,40 @@ def clean_candidates(view: PartitionView, available: frozenset[int], ineligible:
                  if r in pool and r in available and r not in ineligible)
 
 
+def recovery_waits_for(view: PartitionView, timed_out: bool = False) -> frozenset[int]:
+    """The replicas unclean recovery waits for (rule 4): every non-observer replica; once ``timed_out``,
+    the ``last_known_elr`` (without one, still every replica: a state written before it was kept).
+    Empty unless ISR and ELR are empty."""
+    if view.state.isr or view.state.elr:
+        return frozenset()
+    every = frozenset(r for r in view.replicas if r not in view.observers)
+    return frozenset(view.state.last_known_elr) if timed_out and view.state.last_known_elr else every
+
+
+def _recovery_choice(view: PartitionView, ok: frozenset[int], log_ends: Mapping[int, LogEnd] | None,
+                     timed_out: bool) -> Choice:
+    """Rule 4 of the module docstring. ``log_ends`` None: not asked yet, so a placeholder (the first
+    available replica) that tells the controller to ask; asked: the most complete of those that reported
+    once every replica waited for did, else none. Unclean if a replica did not report."""
+    waits_for = recovery_waits_for(view, timed_out)
+    if not waits_for or not waits_for <= ok:
+        return Choice(NO_LEADER, False)
+    if log_ends is None:
+        return Choice(next(r for r in view.replicas if r in ok), False, recovery=True)
+    if not waits_for <= set(log_ends):
+        return Choice(NO_LEADER, False)
+    return Choice(most_complete_replica(view, ok, log_ends), not recovery_waits_for(view) <= set(log_ends),
+                  recovery=True)
+
+
 def choose_leader(view: PartitionView, live: frozenset[int], ineligible: frozenset[int] = frozenset(),
-                  exclude: frozenset[int] = frozenset(), log_ends: Mapping[int, LogEnd] | None = None) -> Choice:
+                  exclude: frozenset[int] = frozenset(), log_ends: Mapping[int, LogEnd] | None = None,
+                  recovery_timed_out: bool = False) -> Choice:
     """Pick the leader by the order in the module docstring (``exclude``: e.g. a broker shutting down).
 
-    ``log_ends``: the log ends the live replicas reported, for an unclean election to pick the most
-    complete one; without them (or with none reported) it goes in replica order."""
+    ``log_ends``: the log ends the live replicas reported (None: not asked), for an unclean election or
+    unclean recovery to pick the most complete one; an unclean election without them (or with none
+    reported) goes in replica order, unclean recovery waits (``recovery_timed_out``: see rule 4)."""
     ok = live - exclude - set(view.observers)
     clean = clean_candidates(view, ok, ineligible)
     if clean:
@@ -103,12 +146,19 @@ def choose_leader(view: PartitionView, live: frozenset[int], ineligible: frozens
         for r in view.replicas:
             if r in ok:
                 return Choice(r, True)
-    return Choice(NO_LEADER, False)
+    return _recovery_choice(view, ok, log_ends, recovery_timed_out)
 
 
 def _decide(view: PartitionView, isr: frozenset[int], elr: frozenset[int], leader: int, new_epoch: bool,
-            controller_epoch: int, unclean: bool, reason: str) -> Decision:
+            controller_epoch: int, unclean: bool, reason: str, last_known_elr: frozenset[int] | None = None,
+            recovery: bool = False) -> Decision:
+    """The decision writing this state; ``last_known_elr`` None keeps the current one while nobody leads
+    and the ISR is empty (its invariant), else it is dropped."""
     cur = view.state
+    if leader != NO_LEADER or isr:
+        last_known_elr = frozenset()
+    elif last_known_elr is None:
+        last_known_elr = frozenset(cur.last_known_elr)
     new = LeaderAndIsr(
         leader=leader,
         leader_epoch=cur.leader_epoch + 1 if new_epoch else cur.leader_epoch,
@@ -120,8 +170,9 @@ def _decide(view: PartitionView, isr: frozenset[int], elr: frozenset[int], leade
         # for an unclean choice named the incarnation it had when it was last in sync (seed 547 with unclean
         # election on: the next pass took the new leader for restarted and wrote it out of its own ISR).
         isr_broker_epochs=tuple(pair for pair in cur.isr_broker_epochs if pair[0] in isr and pair[0] != leader),
+        last_known_elr=tuple(sorted(last_known_elr)),
     )
-    return Decision(view.topic, view.partition, new, cur.partition_epoch, unclean, reason)
+    return Decision(view.topic, view.partition, new, cur.partition_epoch, unclean, reason, recovery)
 
 
 def restarted_members(view: PartitionView, live_broker_epochs: Mapping[int, int]) -> frozenset[int]:
@@ -152,15 +203,26 @@ def without_restarted_members(view: PartitionView, live_broker_epochs: Mapping[i
 
 def elect(view: PartitionView, live: frozenset[int], controller_epoch: int,
           ineligible: frozenset[int] = frozenset(), exclude: frozenset[int] = frozenset(),
-          reason: str = "election", log_ends: Mapping[int, LogEnd] | None = None) -> Decision:
+          reason: str = "election", log_ends: Mapping[int, LogEnd] | None = None,
+          recovery_timed_out: bool = False) -> Decision:
     """A new leader for ``view`` (maybe none), with the ISR and ELR that follow."""
     cur = view.state
     isr = frozenset(cur.isr) - ineligible
     elr = frozenset(cur.elr) - ineligible
-    choice = choose_leader(replace(view, state=replace(cur, isr=tuple(isr), elr=tuple(elr))), live, ineligible,
-                           exclude, log_ends)
+    narrowed = replace(view, state=replace(cur, isr=tuple(isr), elr=tuple(elr)))
+    choice = choose_leader(narrowed, live, ineligible, exclude, log_ends, recovery_timed_out)
     if choice.leader == NO_LEADER:
         return _decide(view, isr, elr, NO_LEADER, True, controller_epoch, False, reason + ": no eligible leader")
+    if choice.recovery:
+        found = (f"the most complete of those that reported (last epoch, log end) {dict(log_ends)}"
+                 if log_ends is not None else "placeholder until the replicas report their log ends")
+        waited = sorted(recovery_waits_for(narrowed, recovery_timed_out))
+        lossy = (f"; UNCLEAN: unclean.recovery.timeout.ms passed and replicas "
+                 f"{sorted(recovery_waits_for(narrowed) - set(log_ends or ()))} did not report, committed records "
+                 f"they hold may be lost" if choice.unclean else "")
+        return _decide(view, frozenset({choice.leader}), frozenset(), choice.leader, True, controller_epoch,
+                       choice.unclean, reason + f": unclean recovery of replica {choice.leader}, every ISR/ELR member "
+                       f"having restarted after a crash and {waited} being back ({found}){lossy}", recovery=True)
     if choice.unclean:
         chosen = (f"the most complete of {len(log_ends)} that reported (last epoch, log end) {log_ends}"
                   if log_ends and choice.leader in log_ends else "in replica order: no log ends reported")
@@ -201,25 +263,44 @@ def on_brokers_changed(views: Iterable[PartitionView], live: frozenset[int], fai
         if not new_isr and not new_elr and len(view.replicas) == 1 and set(view.replicas) & lost:
             # The only replica came back from an unclean shutdown: there is no other copy that could hold
             # more, so electing it loses nothing a wait would save (excluding it would leave every RF=1
-            # partition offline for ever). With more replicas this would be an unclean election: the
-            # seeded simulation (seed 44) showed followers then truncating committed records, so there
-            # the partition stays offline until an ISR/ELR member returns clean or an operator elects
-            # uncleanly (ads leader-election --election-type unclean), which is counted.
+            # partition offline for ever). With more replicas electing one at once would be an unclean
+            # election: the seeded simulation (seed 44) showed followers then truncating committed records,
+            # so there the partition waits for unclean recovery (rule 4: every replica back, the longest log)
+            # or an ISR/ELR member returning clean.
             new_elr = next_elr(old_isr, new_isr, old_elr, view.min_insync_replicas)
             ineligible = frozenset()
-        shrunk = replace(view, state=replace(cur, isr=tuple(new_isr), elr=tuple(new_elr)))
+        shrunk = replace(view, state=replace(cur, isr=tuple(new_isr), elr=tuple(new_elr),
+                                             last_known_elr=next_last_known_elr(cur, new_isr, new_elr)))
         leader_gone = cur.leader == NO_LEADER or cur.leader in failed or cur.leader not in live
         if leader_gone:
             d = elect(shrunk, live, controller_epoch, ineligible, reason="leader failed",
-                      log_ends=(log_ends or {}).get((view.topic, view.partition)))
+                      log_ends=ends_of(log_ends, (view.topic, view.partition)))
             if d.new_state.leader == NO_LEADER and cur.leader == NO_LEADER and new_isr == old_isr \
-                    and new_elr == old_elr:
+                    and new_elr == old_elr and d.new_state.last_known_elr == cur.last_known_elr:
                 continue  # still offline, nothing new to write
             decisions.append(d)
         elif new_isr != old_isr or new_elr != old_elr:
             decisions.append(_decide(view, new_isr, new_elr, cur.leader, False, controller_epoch, False,
                                      f"brokers {sorted((failed | restarted) & old_isr)} left the ISR"))
     return decisions
+
+
+def next_last_known_elr(cur: LeaderAndIsr, new_isr: frozenset[int], new_elr: frozenset[int]) -> tuple[int, ...]:
+    """KIP-966's last known ELR after a pass over broker changes leaves ``new_isr`` / ``new_elr``: while the
+    ISR is empty, the ISR and ELR members taken out of both (restarted after a crash, so their unflushed
+    tails may be gone) accumulate; they held every committed record before the crash, so past
+    unclean.recovery.timeout.ms unclean recovery needs only them back (rule 4). Empty once the ISR is not."""
+    if new_isr:
+        return ()
+    before = set(cur.last_known_elr) if not cur.isr else set()
+    return tuple(sorted(before | ((set(cur.isr) | set(cur.elr)) - new_elr)))
+
+
+def ends_of(log_ends: Mapping[tuple[str, int], Mapping[int, LogEnd]] | None,
+            key: tuple[str, int]) -> Mapping[int, LogEnd] | None:
+    """One partition's reported log ends: None if nobody was asked yet, {} if asked and none answered (so
+    unclean recovery waits instead of taking its placeholder)."""
+    return None if log_ends is None else log_ends.get(key, {})
 
 
 def unclean_starts_to_apply(registrations: dict[int, dict], applied: dict[int, str | None]) -> dict[int, str | None]:

@@ -78,6 +78,15 @@ def truncate_from_end(cache: EpochCache, end_offset_exclusive: int) -> EpochCach
     return EpochCache(tuple(e for e in cache.entries if e.start_offset < end_offset_exclusive))
 
 
+def last_record_epoch(cache: EpochCache, log_end_offset: int) -> int:
+    """The leader epoch of the log's last record: the latest entry starting below ``log_end_offset``
+    (UNDEFINED_EPOCH for an empty log). Not ``latest_epoch``: a leader records its epoch when elected,
+    before writing, and a crash can take every record of an epoch while the durable checkpoint keeps its
+    entry, so a replica with no record of an epoch can hold its entry (simulation seed 210868: an empty log
+    reported epoch 1 and outranked the one replica holding the committed records of epoch 0)."""
+    return next((e.epoch for e in reversed(cache.entries) if e.start_offset < log_end_offset), UNDEFINED_EPOCH)
+
+
 def truncate_from_start(cache: EpochCache, log_start_offset: int) -> EpochCache:
     """The cache after retention moved the log start: the epoch covering it now starts there."""
     covering = [e for e in cache.entries if e.start_offset <= log_start_offset]
@@ -157,3 +166,26 @@ def rebuild(batches: Iterable[object]) -> EpochCache:
         if batch.leader_epoch > cache.latest_epoch:  # type: ignore[attr-defined]
             cache = assign(cache, batch.leader_epoch, batch.base_offset)  # type: ignore[attr-defined]
     return cache
+
+
+def consumer_divergence(position: int, position_epoch: int, answer: tuple[int, int],
+                        leader_log_end_offset: int) -> tuple[int, int] | None:
+    """KIP-320's check of a consumer's position: (offset to resume at, its epoch), or None when nothing diverged.
+
+    ``position`` is the next offset the consumer reads and ``position_epoch`` the leader epoch of what
+    it read before it (or a later epoch known to cover it); ``answer`` is the leader's
+    ``end_offset_for(position_epoch)``. The leader's log holds the consumer's records only below that
+    end: when the end is below the position, the records in [end, position) the consumer read were
+    truncated away (an unclean election) and whatever the log holds there now was never read, so
+    reading resumes at the end. An unknown position epoch (an offset given without one) is not checked.
+    An answer with no epoch and no offset (the leader knows no epoch at or before it) puts the common
+    prefix at most at the leader's log end.
+    """
+    if position_epoch == UNDEFINED_EPOCH or position <= 0:
+        return None
+    epoch, end_offset = answer
+    if end_offset == UNDEFINED_OFFSET:
+        end_offset = leader_log_end_offset
+    if end_offset >= position:
+        return None
+    return max(0, end_offset), epoch

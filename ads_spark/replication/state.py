@@ -96,6 +96,10 @@ class LeaderAndIsr:
     # since with another epoch may have lost records the HW covered, so the controller does not elect it
     # (election.without_restarted_members). A member without an entry is not checked (unknown).
     isr_broker_epochs: tuple[tuple[int, int], ...] = ()
+    # KIP-966: the members that could hold committed records when crashes (unclean starts) took every ISR and
+    # ELR member out, accumulated while no one leads. Non-empty only while leader is NO_LEADER and isr is
+    # empty; unclean recovery waits for all of them to be back (election.recovery_waits_for).
+    last_known_elr: tuple[int, ...] = ()
 
     def recorded_broker_epoch(self, member: int) -> int | None:
         return broker_epoch_recorded(self.isr_broker_epochs, member)

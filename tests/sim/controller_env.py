@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ads_spark.broker.controller.channel import QUEUE_MAX, RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S
+from ads_spark.broker.controller.controller import UNCLEAN_RECOVERY_RETRY_S
 from ads_spark.broker.controller.effects import BROKER_REQUEST_TIMEOUT_MS
 from ads_spark.broker.controller.zk_reads import topic_settings
 from ads_spark.broker.rpc.control_handlers import log_end_of
@@ -56,11 +57,11 @@ from ads_spark.replication import fencing
 from ads_spark.replication.controller_events import (
     AskLogEnds, BrokersChanged, ChannelOverflowed, ClearReassignment, CloseChannels, ControlledShutdownRequested,
     ControllerFailed, Elected, ElectLeadersRequested, IsrChanged, Log, LogEndsAnswered, LostLeadership,
-    PartitionStatesWritten, ReadTopics, RecordUncleanApplied, ReplyToRequest, Resign, SendLeaderAndIsr,
+    PartitionStatesWritten, ReadTopics, RecordUncleanApplied, RecoveryTick, ReplyToRequest, Resign, SendLeaderAndIsr,
     SendStopReplica, SendUpdateMetadata, Snapshot, TopicsRead, WritePartitionStates, WriteRejected, log_ends_found,
 )
 from ads_spark.replication.controller_state import (
-    BrokerRegistration, ControllerConfig, ControllerState, TopicInfo, initial_state,
+    BrokerRegistration, ControllerConfig, ControllerState, TopicInfo, initial_state, offline_partition_count,
 )
 
 TOPIC = "t"
@@ -358,13 +359,18 @@ class ControllerEnv:
         self.c = cluster
         cfg = cluster.cfg
         self.nodes: dict[int, ControllerNode] = {}
-        self.config = ControllerConfig(auto_leader_rebalance_enable=False)  # no rebalance timer is simulated
+        # No rebalance timer is simulated; unclean.recovery.timeout.ms's default on the model's clock.
+        self.config = ControllerConfig(auto_leader_rebalance_enable=False, unclean_recovery_timeout_ms=scaled_ms(
+            BROKER_KEYS["unclean.recovery.timeout.ms"].default, cfg.session_timeout_ms))
         self.settings = topic_settings(TOPIC_DEFAULTS, self.topic_config(), TOPIC)
         self.request_timeout_ms = scaled_ms(BROKER_REQUEST_TIMEOUT_MS, cfg.session_timeout_ms)
         self._backoff_ms: dict[int, int] = {}
         self.attempt_numbers = itertools.count(1)
         self.awaited: dict[int, SimChannel] = {}
         self.request_ids = itertools.count(1)
+        # The shell's unclean-recovery timer (controller.py's UNCLEAN_RECOVERY_RETRY_S), scaled.
+        self.recovery_tick_ms = scaled_ms(UNCLEAN_RECOVERY_RETRY_S * 1000, cfg.session_timeout_ms)
+        self.next_recovery_tick_ms = self.recovery_tick_ms
 
     def backoff_ms(self, attempt: int) -> int:
         """The wait after failed attempt ``attempt`` (channel.py's, scaled)."""
@@ -412,6 +418,10 @@ class ControllerEnv:
         holder = self.holder()
         if holder is not None and holder.state.active and holder.reaches_zk():
             holder.watch()
+            if now >= self.next_recovery_tick_ms:
+                self.next_recovery_tick_ms = now + self.recovery_tick_ms
+                if offline_partition_count(holder.state):
+                    holder.drive(RecoveryTick(now))
         for node in nodes:
             if node.channels:
                 node.pump(now)

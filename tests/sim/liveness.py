@@ -13,15 +13,13 @@ until all of these hold, at most ``LIVENESS_BOUND_MS`` of simulated time:
    readable by a consumer of the leader (below its HW, at its offset);
 4. the live replicas are identical below the leader's HW.
 
-One partition may stay offline by design: when every replica in its ISR and ELR
-came back from an unclean shutdown (a crash), none may lead without an unclean
-election (``election.on_brokers_changed``), and with unclean election off the
-partition waits for an operator. The phase plays that operator as the docs tell
-one to (``ads leader-election --election-type unclean``): an unclean
-elect-leaders request to the controller core for such a partition (ISR and ELR
-empty: nothing can ever refill them but an election), after which the checker
-restarts that partition's history from the new leader as it does in schedules
-with unclean election on (the election may lose records by design).
+No operator steps in. A partition whose every ISR and ELR member came back from
+an unclean shutdown (a crash; ``crash_all`` schedules do this to every partition)
+is led again by the controller's unclean recovery (KIP-966,
+``election.recovery_waits_for``) once its last known ELR members are back, and
+the checker holds it to every acknowledged record as any other partition: the
+recovery elects the longest log, so it may lose only what no replica kept (a
+crash that took the last copy voids the partition, checker invariant 7).
 
 The safety invariants are checked at every step as before. If the bound passes
 first, the checker records a violation naming the condition that still fails
@@ -37,8 +35,6 @@ import random
 
 from ads_spark.errors import AdsError
 
-from tests.sim.controller_env import TOPIC
-
 # Simulated time the cluster gets to heal. Far above what it needs (a restarted broker waits for its old
 # session to expire, registers, is sent its role, catches up and is added back to the ISR: a few hundred
 # ms with the model's timers) and below what would make the phase a throughput cost when it does fail.
@@ -53,7 +49,6 @@ def run_liveness(cluster, producer, rng: random.Random, bound_ms: int = LIVENESS
     deadline = cluster.now + bound_ms
     checker = cluster.checker
     while True:
-        _play_operator(cluster)
         failing = unmet(cluster)
         if failing is None or checker.violations:
             return
@@ -62,15 +57,6 @@ def run_liveness(cluster, producer, rng: random.Random, bound_ms: int = LIVENESS
             return
         cluster.step(rng.randint(1, 6))
         producer.tick()
-
-
-def _play_operator(cluster) -> None:
-    """An unclean election requested for each partition no clean election can ever lead again."""
-    stuck = tuple((TOPIC, p) for p, lai in sorted(cluster.zk.partitions.items())
-                  if lai.leader < 0 and not lai.isr and not lai.elr)
-    if stuck and cluster.controllers.active_state() is not None:
-        cluster.checker.rebase_after_unclean = True  # as in unclean schedules: the history restarts there
-        cluster.controllers.elect_leaders("unclean", stuck)
 
 
 def unmet(cluster) -> str | None:

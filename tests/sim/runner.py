@@ -159,6 +159,11 @@ def _every_replica_eligible(state, views) -> list:
     return out
 
 
+def _first_reported(view, candidates, log_ends) -> int:
+    """recovery_in_replica_order: unclean recovery takes the first replica that reported, not the longest log."""
+    return next((r for r in view.replicas if r in candidates and r in log_ends), -1)
+
+
 MUTANTS: dict[str, tuple[tuple[ModuleType, str, Callable], ...]] = {
     "hw_max": ((hw, "candidate_high_watermark", _max_isr_log_end),),
     "truncate_to_hw": ((core, "truncation_on_becoming_follower", _own_high_watermark),
@@ -166,6 +171,7 @@ MUTANTS: dict[str, tuple[tuple[ModuleType, str, Callable], ...]] = {
     "elect_any_replica": ((election, "clean_candidates", _any_available_replica),),
     "ignore_restarted_members": ((election, "restarted_members", _no_restarted_members),),
     "elect_outside_isr": ((decide, "decision_views", _every_replica_eligible),),
+    "recovery_in_replica_order": ((election, "most_complete_replica", _first_reported),),
 }
 PATCH_POINTS: tuple[tuple[ModuleType, str], ...] = tuple(
     dict.fromkeys((module, attr) for planted in MUTANTS.values() for module, attr, _ in planted))
@@ -205,6 +211,10 @@ def mutation(name: str | None) -> Iterator[None]:
 
 
 UNCLEAN_SEED_MODULUS, UNCLEAN_SEED_REMAINDER = 8, 3  # no regression seed is 3 mod 8
+# One schedule in CRASH_ALL_SEED_MODULUS crashes every broker at once, at a step drawn from the seed alone
+# (KIP-966's whole-cluster crash: every ISR and ELR member comes back unclean, unclean recovery must lead).
+# No regression seed is 4 mod 8, and none is 3 (the unclean seeds keep their schedules).
+CRASH_ALL_SEED_MODULUS, CRASH_ALL_SEED_REMAINDER = 8, 4
 
 
 def random_config(rng: random.Random) -> SimConfig:
@@ -216,6 +226,20 @@ def random_config(rng: random.Random) -> SimConfig:
 
 
 FAULTS = ("crash", "crash", "restart", "isolate_brokers", "isolate_zk", "cut_one_way", "heal", "clients")
+
+
+def crash_all_step(seed: int, steps: int) -> int | None:
+    """The step at which a crash-all schedule crashes every broker (None: not one of those schedules).
+    From the seed, not the schedule's generator, so the draws of every other seed stay as they were."""
+    if seed % CRASH_ALL_SEED_MODULUS != CRASH_ALL_SEED_REMAINDER:
+        return None
+    return random.Random(seed * 7919 + 1).randrange(steps // 4, max(steps // 4 + 1, steps * 3 // 4))
+
+
+def crash_all(cluster: Cluster) -> str:
+    for b in sorted(cluster.brokers):
+        cluster.crash(b)
+    return "crash_all"
 
 
 def inject_fault(cluster: Cluster, rng: random.Random) -> str:
@@ -252,12 +276,15 @@ def run_schedule(seed: int, steps: int = 220, mutation_name: str | None = None,
         cfg = replace(cfg, unclean=True)
     checker = Checker(rebase_after_unclean=cfg.unclean)
     faults: list[str] = []
+    crash_all_at = crash_all_step(seed, steps)
     with mutation(mutation_name):
         cluster = Cluster(cfg, rng, checker)
         producer = SimProducer(cluster)
         cluster.producer = producer
-        for _ in range(steps):
+        for step_no in range(steps):
             cluster.step(rng.randint(1, 6))
+            if step_no == crash_all_at:
+                faults.append(f"t={cluster.now} " + crash_all(cluster))
             if rng.random() < fault_prob and cluster.now > 30:
                 faults.append(f"t={cluster.now} " + inject_fault(cluster, rng))
             if rng.random() < 0.03:  # heal and restart eventually, so schedules keep making progress

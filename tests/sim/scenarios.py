@@ -181,3 +181,60 @@ def restarted_member_added_late() -> Cluster:
     c.heal()
     run_p(400)
     return c
+
+
+def whole_cluster_crash(staggered: bool = False) -> Cluster:
+    """KIP-966 unclean recovery: every broker crashes at once under acks=all load and comes back after an
+    unclean shutdown, so no ISR or ELR member may lead cleanly. Only broker ``keeper`` (not the leader, not
+    first in replica order) had flushed its whole log: the others lose their unflushed tails, acknowledged
+    records among them. The controller must wait for every last known ELR member, ask them where their logs
+    end and elect ``keeper``, the longest log, with no operator: every acknowledged record stays readable.
+    ``staggered``: the brokers come back one at a time (each pass over broker changes shrinks the ELR),
+    else all at once."""
+    c, _ = make(min_isr=2)
+    c.cfg.flush_every_ms = 10**9  # nothing is flushed but what the scenario flushes
+    run(c, 200, produce=2)
+    for b in c.brokers.values():
+        b.disks[0].flush()
+    run(c, 200, produce=2)
+    lead = leader_id(c)
+    keeper = [b for b in c.assignment[0] if b != lead][-1]
+    c.brokers[keeper].disks[0].flush()  # its page cache survived (SIGKILL, not a power loss), say
+    c.checker.keeper = keeper
+    c.checker.acked_before_crash = c.checker.acked_all
+    for b in sorted(c.brokers):
+        c.crash(b)
+    run(c, 300)  # every session expires; nobody leads
+    c.checker.offline_while_down = leader_id(c) < 0 or not c.brokers[leader_id(c)].alive
+    for b in sorted(c.brokers, reverse=True):
+        c.restart(b)
+        if staggered:
+            run(c, 200)
+    run(c, 600, produce=2)
+    return c
+
+
+def whole_cluster_crash_one_replica_lost() -> Cluster:
+    """KIP-966 unclean recovery past ``unclean.recovery.timeout.ms``: a follower fell out of the ISR (cut
+    off), then every broker crashed; the two ISR members (the last known ELR) come back, the follower never
+    does. Until the timeout the partition waits for it (it might hold more); after, the longer of the two
+    leads, and the election is reported as unclean."""
+    c, _ = make(min_isr=1)
+    run(c, 200, produce=2)
+    lead = leader_id(c)
+    lost = [b for b in c.assignment[0] if b != lead][-1]
+    c.isolate_from_brokers(lost)
+    run(c, 300, produce=2)  # out of the ISR
+    c.checker.isr_before_crash = c.zk.partitions[0].isr
+    for b in sorted(c.brokers):
+        c.crash(b)
+    c.heal()
+    run(c, 300)
+    for b in sorted(c.brokers):
+        if b != lost:
+            c.restart(b)
+    timeout_ms = c.controllers.config.unclean_recovery_timeout_ms
+    run(c, timeout_ms // 2)
+    c.checker.offline_before_timeout = leader_id(c) < 0
+    run(c, timeout_ms + 400, produce=2)
+    return c

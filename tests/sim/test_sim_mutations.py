@@ -93,3 +93,12 @@ def test_sim_checks_the_history_after_an_unclean_election(monkeypatch):
             caught.append((seed, checker.violations[0]))
     assert caught, "a bug planted at unclean elections went unseen"
     print(f"caught after an unclean election at seed {caught[0][0]}: {caught[0][1]}")
+
+
+def test_sim_sees_an_unclean_recovery_that_does_not_take_the_longest_log():
+    """Unclean recovery planted to take the first replica that reported: after the whole-cluster crash the
+    short log leads and the replica that kept every acknowledged record truncates them away."""
+    with mutation("recovery_in_replica_order"):
+        checker = S.whole_cluster_crash().checker
+    assert any("no acknowledged record lost" in v or "truncate never below the HW" in v
+               for v in checker.violations), checker.violations

@@ -29,7 +29,11 @@ FIRST_SEED = int(os.environ.get("ADS_SIM_FIRST_SEED", "0"))
 #           broker cut from it but not from ZooKeeper, which kept no role until the liveness phase's bound.)
 #   201293: a new leader, never having heard from an ISR member back from a crash (its log short of the HW),
 #           counted it in sync and proposed an ISR naming it with no recorded incarnation.
-REGRESSION_SEEDS = (203695, 801232, 521390, 1034869, 1422945, 1030387, 201293)
+#   210868: (crash-all) unclean recovery ranked replicas by their latest epoch entry: two logs emptied by the
+#           crash kept epoch 1's entry and outranked the one replica holding epoch 0's committed records.
+#   (582, in the default window: unclean recovery waiting for the last known ELR alone elected a replica that
+#           had lost a committed record a follower outside the ISR still held.)
+REGRESSION_SEEDS = (203695, 801232, 521390, 1034869, 1422945, 1030387, 201293, 210868)
 
 
 def _seeds():

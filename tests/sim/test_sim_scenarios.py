@@ -1,5 +1,8 @@
 """Named scenarios: reference 001 (failure scenarios, leader-epoch example), 002 (Jepsen), KIP-966."""
 
+import pytest
+
+from tests.sim import liveness
 from tests.sim import scenarios as S
 
 
@@ -51,3 +54,26 @@ def test_kip966_last_replica_standing_elr_member_takes_over_without_loss():
     assert c.checker.leader_after_crash == a_b[0], "the ELR member leads after the last ISR member died"
     assert any("from ELR" in r for r in c.checker.elections)
     assert S.leader_roles(c) and c.checker.acked_all > 20
+
+
+@pytest.mark.parametrize("staggered", [False, True])
+def test_kip966_whole_cluster_crash_recovers_the_longest_log_without_an_operator(staggered):
+    c = S.whole_cluster_crash(staggered)
+    assert c.checker.violations == []
+    assert c.checker.offline_while_down
+    assert c.checker.voided == set() and c.checker.unclean == set(), "a recovery, not an unclean election"
+    recoveries = [r for r in c.checker.elections if "unclean recovery" in r]
+    assert len(recoveries) == 1, c.checker.elections
+    assert f"unclean recovery of replica {c.checker.keeper}" in recoveries[0]
+    # every record acknowledged before the crash is readable from the leader now, and writes go on
+    assert liveness.unmet(c) is None
+    assert c.checker.acked_all > c.checker.acked_before_crash > 20
+
+
+def test_kip966_past_the_recovery_timeout_the_last_known_elr_leads_reported_as_unclean():
+    c = S.whole_cluster_crash_one_replica_lost()
+    assert len(c.checker.isr_before_crash) == 2
+    assert c.checker.offline_before_timeout, "it waits for the missing replica until the timeout"
+    assert c.checker.unclean == {0} and any("did not report" in r for r in c.checker.unclean_reasons)
+    assert S.leader_id(c) in c.checker.isr_before_crash
+    assert c.checker.violations == []

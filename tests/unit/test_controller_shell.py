@@ -142,8 +142,8 @@ def test_the_shell_wins_reads_zookeeper_steps_the_core_and_carries_out_its_effec
     controller, connections = shell(zk)
     controller._elect()
     assert controller.active and controller.epoch == 5 and zk.holder == 1
-    assert set(zk.watches) == {"brokers", "topics", "isr_changes", "topic_deletions", "config_changes",
-                               "reassignment", "controller"}
+    assert set(zk.watches) == {"brokers", "topics", "partition_changes", "isr_changes", "topic_deletions",
+                               "config_changes", "reassignment", "controller"}
     assert zk.calls == [("write", 5, 5, [("t", 1)])]  # broker 3 was not registered: it led nothing since
     assert zk.states[("t", 1)].state.leader == 1 and controller.elections == 1 and controller.election_seconds > 0
     assert controller.state.views[("t", 0)].min_insync_replicas == 2 and controller.offline_partition_count() == 0

@@ -20,6 +20,7 @@ from ads_spark.replication.controller_events import (
     REQUESTS, AskLogEnds, AssignmentWritten, BrokersChanged, ChannelOverflowed, ClearReassignment, CloseChannels,
     ControlledShutdownRequested, ControllerFailed, DeleteTopicZnodes, Elected, ElectLeadersRequested, IsrChanged, Log,
     LogEndsAnswered, LostLeadership, PartitionStatesWritten, ReadTopics, RebalanceTick, ReassignmentRequested,
+    RecoveryTick,
     RecordUncleanApplied, ReplyToRequest, Resign, SendLeaderAndIsr, SendStopReplica, SendUpdateMetadata, Snapshot,
     TopicConfigsChanged, TopicDeletionsRequested, TopicsChanged, TopicsRead, WriteAssignment, WritePartitionStates,
     WriteRejected, log_ends_found,
@@ -333,9 +334,36 @@ def test_a_new_topic_is_read_then_led_and_announced():
     assert effects == [ReadTopics(("u",))] and state.awaiting is not None
     state, effects = run(state, zk.answer(effects[0]), zk)
     assert zk.states[("u", 1)].leader == 1 and state.views[("u", 1)].observers == (3,)
-    assert set(lais(effects)[3]) == {("u", 0)}  # an observer is sent nothing for a partition it only watches
+    to_3 = {(p["topic"], p["partition"]) for e in of(effects, SendLeaderAndIsr) if e.broker_id == 3
+            for p in e.body["partitions"]}
+    assert to_3 == {("u", 0), ("u", 1)}  # an observer is sent the partitions it observes too
     metadata = of(effects, SendUpdateMetadata)[0].body
     assert [(p["topic"], p["partition"]) for p in metadata["partitions"]] == [("t", 0), ("u", 0), ("u", 1)]
+
+
+def test_observers_are_sent_leader_and_isr_stopped_on_deletion_and_never_elected():
+    """An observer opens the partition from the leader-and-isr it is sent (at election, at each leader change,
+    when it comes back), which names it an observer; it never leads, even as the only live copy."""
+    zk = FakeZk({"t": {0: (1, 2)}})
+    zk.topics["t"] = topic("id-t", {0: (1, 2)}, {0: (3,)})
+    state, effects = elected(zk)
+    sent = lais(effects)[3][("t", 0)]
+    assert (sent["leader"], sent["isr"], sent["replicas"], sent["observers"]) == (1, [1, 2], [1, 2], [3])
+    del zk.live[1]
+    state, effects = run(state, zk.changed_brokers(), zk)
+    assert zk.states[("t", 0)].leader == 2 and lais(effects)[3][("t", 0)]["leader"] == 2
+    del zk.live[2]
+    state, _ = run(state, zk.changed_brokers(), zk)
+    state, effects = run(state, ElectLeadersRequested("r", "unclean", None), zk)
+    assert zk.states[("t", 0)].leader == NO_LEADER and 3 not in zk.states[("t", 0)].isr
+    assert reply(effects)["partitions"][0]["error_code"] == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    del zk.live[3]
+    state, _ = run(state, zk.changed_brokers(), zk)
+    zk.live[3] = reg(3, 40)
+    state, effects = run(state, zk.changed_brokers(), zk)
+    assert set(lais(effects)[3]) == {("t", 0)}  # back: told again what it observes
+    state, effects = run(state, TopicDeletionsRequested(("t",)), zk)
+    assert [e.broker_id for e in of(effects, SendStopReplica)] == [3]  # the only live holder of a copy
 
 
 def test_topic_deletion_stops_live_replicas_deletes_znodes_and_forgets_the_topic():
@@ -527,3 +555,62 @@ def test_step_never_mutates_its_input_state():
             state = new
             queue += [zk.answer(e) for e in effects if isinstance(e, REQUESTS)]
     assert state.views[("t", 1)].replicas == (1, 2, 3) and state.reassignments == {("t", 1): (1,)}
+
+
+# ---------------------------------------------------------------- unclean recovery (KIP-966, issue #22 item 4)
+
+
+def _crashed_cluster(states, back):
+    """Every broker crashed; ``back`` are registered again, each after an unclean shutdown."""
+    zk = FakeZk({"t": {0: (1, 2, 3)}}, states=states)
+    zk.live = {b: reg(b, 20 + b, clean=False, incarnation=f"new-{b}") for b in back}
+    return zk
+
+
+def _returns(state, zk, b, **kw):
+    zk.live[b] = reg(b, 20 + b, clean=False, incarnation=f"new-{b}")
+    return run(state, zk.changed_brokers(), zk)
+
+
+def test_a_whole_cluster_crash_is_led_again_without_an_operator_once_every_replica_reported():
+    zk = _crashed_cluster({("t", 0): lai(2, (1, 2, 3), leader_epoch=3, version=4)}, back=(1,))
+    state, _ = elected(zk)
+    assert (zk.states[("t", 0)].leader, zk.states[("t", 0)].elr, zk.states[("t", 0)].last_known_elr) == \
+        (NO_LEADER, (2, 3), (1,))
+    state, _ = _returns(state, zk, 2)
+    assert (zk.states[("t", 0)].leader, zk.states[("t", 0)].elr, zk.states[("t", 0)].last_known_elr) == \
+        (NO_LEADER, (3,), (1, 2))
+    zk.log_ends = {("t", 0): {1: (3, 50), 2: (3, 70)}}  # 3 does not answer (yet)
+    state, effects = _returns(state, zk, 3)
+    assert of(effects, AskLogEnds) and zk.states[("t", 0)].leader == NO_LEADER
+    assert zk.states[("t", 0)].last_known_elr == (1, 2, 3)
+    # Nothing else would ask again: the recovery timer does.
+    zk.log_ends[("t", 0)][3] = (3, 60)
+    state, effects = run(state, RecoveryTick(1_000), zk)
+    now = zk.states[("t", 0)]
+    assert (now.leader, now.isr, now.elr, now.last_known_elr) == (2, (2,), (), ()) and now.leader_epoch > 3
+    assert state.unclean_elections == 0 and state.elections > 0 and state.recovery_elections == 1
+    assert any("unclean recovery of replica 2" in e.message for e in of(effects, Log))
+    assert {e.broker_id for e in of(effects, SendLeaderAndIsr)} == {1, 2, 3}
+    state, effects = run(state, RecoveryTick(2_000), zk)
+    assert effects == [] and state.recovery_waiting_since_ms == {}
+
+
+def test_past_the_timeout_the_last_known_elr_alone_recovers_reported_as_unclean():
+    """unclean.recovery.timeout.ms: replica 3 (outside the ISR) never comes back. Until the timeout the
+    partition waits for it (it may hold a committed record the ISR members lost); after, the last known ELR
+    members lead, the longest log of the two, and the election is reported as unclean."""
+    config = ControllerConfig.from_broker_config(BrokerConfig({**BROKER_CONFIG, "unclean.recovery.timeout.ms": "5000"}))
+    assert config.unclean_recovery_timeout_ms == 5000
+    zk = _crashed_cluster({("t", 0): lai(1, (1, 2), leader_epoch=3, version=4)}, back=(1, 2))
+    zk.log_ends = {("t", 0): {1: (3, 40), 2: (3, 45)}}
+    state, _ = elected(zk, config)
+    assert zk.states[("t", 0)].leader == NO_LEADER and zk.states[("t", 0)].last_known_elr == (1, 2)
+    for now_ms in (10_000, 14_999):
+        state, effects = run(state, RecoveryTick(now_ms), zk)
+        assert zk.states[("t", 0)].leader == NO_LEADER and not of(effects, WritePartitionStates)
+    state, effects = run(state, RecoveryTick(15_000), zk)
+    now = zk.states[("t", 0)]
+    assert (now.leader, now.isr, now.last_known_elr) == (2, (2,), ())
+    assert state.unclean_elections == 1 and state.recovery_elections == 1  # a lossy recovery: counted in both
+    assert any("UNCLEAN" in e.message and "[3] did not report" in e.message for e in of(effects, Log))

@@ -112,10 +112,12 @@ def test_the_offline_partition_of_returning_isr_members_is_led_again_once_their_
     [d] = E.on_brokers_changed([offline], frozenset({1, 2}), frozenset(unclean),
                                unclean_restarted=frozenset(unclean), controller_epoch=7)
     assert d.new_state.leader == 1 and d.new_state.isr == (1,)
-    # Had each return been taken for a new unclean start (the old behaviour), it would stay offline.
+    # Had each return been taken for a new unclean start (the old behaviour), no clean election could lead it:
+    # it would wait for unclean recovery (here with no log ends reported: offline, both members waited for).
     unclean = E.unclean_starts_to_apply(registered, {})
-    assert E.on_brokers_changed([offline], frozenset({1, 2}), frozenset(unclean),
-                                unclean_restarted=frozenset(unclean), controller_epoch=7)[0].new_state.leader == NO_LEADER
+    [d] = E.on_brokers_changed([offline], frozenset({1, 2}), frozenset(unclean),
+                               unclean_restarted=frozenset(unclean), controller_epoch=7, log_ends={})
+    assert d.new_state.leader == NO_LEADER and d.new_state.last_known_elr == (1, 2)
 
 
 def test_an_unclean_start_is_recorded_only_when_every_partition_naming_the_broker_took_its_decision():
@@ -199,3 +201,51 @@ def test_unclean_recovery_never_overrides_a_clean_choice():
     (d,) = E.on_brokers_changed([v], frozenset({2, 3}), frozenset({1}), frozenset(), 7,
                                 log_ends={("t", 0): {2: (4, 500), 3: (4, 100)}})
     assert d.new_state.leader == 3 and not d.unclean
+
+
+def test_after_a_whole_cluster_crash_recovery_waits_for_every_last_known_elr_member_then_takes_the_longest_log():
+    """KIP-966 unclean recovery: every ISR member comes back from a crash, one at a time. None may lead
+    cleanly; once all of them (the last known ELR) are back and reported, the longest log leads (by last
+    epoch, then end offset), as a recovery, not an unclean election; without every report it waits."""
+    key = ("t", 0)
+    v = view(leader=2, isr=(1, 2, 3))
+    d1, = E.on_brokers_changed([v], frozenset({1}), frozenset({1, 2, 3}), frozenset({1}), 7, log_ends={})
+    assert (d1.new_state.leader, d1.new_state.isr, d1.new_state.elr, d1.new_state.last_known_elr) == \
+        (NO_LEADER, (), (2, 3), (1,))
+    v = replace(v, state=d1.new_state)
+    d2, = E.on_brokers_changed([v], frozenset({1, 2}), frozenset({2}), frozenset({2}), 7,
+                               log_ends={key: {1: (4, 50), 2: (4, 60)}})
+    assert (d2.new_state.leader, d2.new_state.elr, d2.new_state.last_known_elr) == (NO_LEADER, (3,), (1, 2))
+    v = replace(v, state=d2.new_state)
+    live = frozenset({1, 2, 3})
+    placeholder, = E.on_brokers_changed([v], live, frozenset({3}), frozenset({3}), 7)
+    assert placeholder.recovery  # not asked yet: the controller asks before it writes anything
+    ends = {1: (4, 50), 2: (4, 60), 3: (4, 55)}
+    d3, = E.on_brokers_changed([v], live, frozenset({3}), frozenset({3}), 7, log_ends={key: ends})
+    assert d3.recovery and not d3.unclean and "unclean recovery" in d3.reason
+    assert (d3.new_state.leader, d3.new_state.isr, d3.new_state.elr, d3.new_state.last_known_elr) == (2, (2,), (), ())
+    assert d3.new_state.leader_epoch == v.state.leader_epoch + 1
+    # A later epoch wins over a longer log of an earlier one.
+    d4, = E.on_brokers_changed([v], live, frozenset({3}), frozenset({3}), 7, log_ends={key: {**ends, 1: (5, 10)}})
+    assert d4.new_state.leader == 1
+    # A member waited for that did not report (it may hold the longest log): still offline, nothing lost.
+    d5, = E.on_brokers_changed([v], live, frozenset({3}), frozenset({3}), 7, log_ends={key: {1: (4, 50), 2: (4, 60)}})
+    assert d5.new_state.leader == NO_LEADER and d5.new_state.last_known_elr == (1, 2, 3)
+
+
+def test_an_offline_partition_recovers_only_once_every_member_waited_for_is_live():
+    lke = LeaderAndIsr(NO_LEADER, 6, (), (), 12, 7, (), (1, 2))
+    v = E.PartitionView("t", 0, (1, 2, 3), (), lke, 2, False)
+    ends = {1: (6, 40), 3: (6, 90)}
+    assert E.elect(v, frozenset({1, 3}), 8, log_ends=ends).new_state.leader == NO_LEADER  # 2 is not back
+    d = E.elect(v, frozenset({1, 2, 3}), 8, log_ends={**ends, 2: (6, 30)})
+    assert d.recovery and d.new_state.leader == 3  # any replica may lead if its log holds the most
+    # No last known ELR recorded (a state from before it was kept): every replica is waited for.
+    bare = replace(v, state=replace(lke, last_known_elr=()))
+    assert E.recovery_waits_for(bare) == frozenset({1, 2, 3})
+    assert E.elect(bare, frozenset({1, 2}), 8, log_ends={1: (6, 40), 2: (6, 30)}).new_state.leader == NO_LEADER
+    # Never while an ISR or ELR member could still come back clean.
+    assert E.recovery_waits_for(replace(v, state=replace(lke, elr=(3,)))) == frozenset()
+    # A recovery keeps nothing of the last known ELR; a write that leaves it offline keeps it.
+    assert d.new_state.last_known_elr == ()
+    assert E.elect(v, frozenset({1}), 8, log_ends={}).new_state.last_known_elr == (1, 2)

@@ -96,3 +96,13 @@ def test_truncate_from_start_and_end():
 def test_rebuild_from_batches():
     batches = [BatchInfo(0, 2, 0), BatchInfo(2, 3, 0), BatchInfo(5, 1, 3)]
     assert E.rebuild(batches).as_pairs() == [(0, 0), (3, 5)]
+
+
+def test_the_last_record_epoch_skips_entries_with_no_record_in_the_log():
+    """What a replica reports to unclean recovery: an entry at or past the log end (a leader elected that
+    wrote nothing, or whose records a crash took) holds no record."""
+    cache = E.from_pairs([(0, 0), (3, 40), (5, 60)])
+    assert E.last_record_epoch(cache, 70) == 5
+    assert E.last_record_epoch(cache, 60) == 3
+    assert E.last_record_epoch(cache, 0) == E.UNDEFINED_EPOCH
+    assert E.last_record_epoch(E.from_pairs([]), 10) == E.UNDEFINED_EPOCH

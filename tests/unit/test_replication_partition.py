@@ -160,6 +160,11 @@ def test_observers_never_join():
     s = leader(min_isr=1, isr_=(1,), replicas=(1, 2), observers=(4,))
     s, eff = fetch(s, 4, 0, last_epoch=-1)
     assert not of(eff, P.ProposeIsr) and not isr.may_join(s, 4)
+    assert of(eff, P.ReplyFetch)[0].error is ErrorCode.NONE  # it is served as a follower is
+    s, _ = produce(s, -1, n=3)
+    assert s.high_watermark == 3  # an observer that has not fetched holds neither the HW nor acks=all
+    s, eff = fetch(s, 4, 3)
+    assert not of(eff, P.ProposeIsr) and s.progress[4].log_end_offset == 3 and s.isr == frozenset({1})
 
 
 def test_stale_broker_epoch_never_readmitted():

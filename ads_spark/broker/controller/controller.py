@@ -33,13 +33,14 @@ from typing import Any, Callable, Mapping
 
 from ads_spark.broker.controller.effects import BROKER_REQUEST_TIMEOUT_MS, Channels, EffectRunner
 from ads_spark.broker.controller.zk_reads import ZkReads
+from ads_spark.broker.metrics import DurationHistogram
 from ads_spark.errors import ErrorCode
 from ads_spark.protocol.connection import Connections
 from ads_spark.replication import controller as core
 from ads_spark.replication.assignment import assign_replicas
 from ads_spark.replication.controller_events import (
     CloseChannels, ChannelOverflowed, ControlledShutdownRequested, ControllerFailed, Elected, ElectLeadersRequested,
-    Event, LostLeadership, RebalanceTick, Reloaded, Resign, WritePartitionStates,
+    Event, LostLeadership, RebalanceTick, RecoveryTick, Reloaded, Resign, WritePartitionStates,
 )
 from ads_spark.replication.controller_state import (
     ControllerConfig, ControllerState, initial_state, offline_partition_count,
@@ -53,6 +54,9 @@ EVENT_QUEUE_FULL_WAIT_S = 5.0  # how long a watch waits to queue the reload afte
 CHANNEL_DRAIN_S = 5.0
 STOP_JOIN_S = 5.0
 DRAIN_POLL_S = 0.05
+# How often partitions waiting for unclean recovery (KIP-966) ask their replicas' log ends again, in case one
+# did not answer the last question (each question is bounded by the effect runner's request timeout).
+UNCLEAN_RECOVERY_RETRY_S = 2.0
 
 Job = Callable[[], None]
 
@@ -64,11 +68,11 @@ class Controller:
     bounded event queue and the ``controller`` thread that drains it, the ``leader-rebalance`` timer
     thread (it only queues ticks), the per-broker request channels and their connections
     (``effects.Channels``), the admin requests waiting for a reply (request id -> Future), and the
-    time spent on elections (``election_seconds``, measured here). It registers the ZooKeeper watches
+    time spent on elections (``election_time``, a histogram measured here). It registers the ZooKeeper watches
     (on winning the election) but reads ZooKeeper only on its own thread.
 
     Read from other threads (one attribute read each): ``active``, ``epoch``, ``elections``,
-    ``unclean_elections``, ``election_seconds``, ``offline_partition_count()``.
+    ``unclean_elections``, ``recovery_elections``, ``election_seconds``, ``offline_partition_count()``.
     """
 
     def __init__(self, broker, zk):
@@ -76,7 +80,7 @@ class Controller:
         self.zk = zk
         self.broker_id = broker.broker_id
         self.state: ControllerState = initial_state(self.broker_id, ControllerConfig.from_broker_config(broker.config))
-        self.election_seconds = 0.0  # Kafka's LeaderElectionRateAndTimeMs, as a sum (see _drive)
+        self.election_time = DurationHistogram()  # Kafka's LeaderElectionRateAndTimeMs (see _drive)
         self._reads = ZkReads(zk, broker.config.topic_defaults())
         self._channels = Channels(self._new_connections, self._on_channel_overflow)
         self._effects = EffectRunner(zk, self._reads, self._channels, self._complete_request, self._resign)
@@ -105,6 +109,14 @@ class Controller:
     def unclean_elections(self) -> int:
         return self.state.unclean_elections
 
+    @property
+    def recovery_elections(self) -> int:
+        return self.state.recovery_elections
+
+    @property
+    def election_seconds(self) -> float:
+        return self.election_time.sum_s
+
     def offline_partition_count(self) -> int:
         return offline_partition_count(self.state)
 
@@ -113,6 +125,7 @@ class Controller:
     def start(self) -> None:
         self._thread.start()
         threading.Thread(target=self._run_rebalance_timer, name="leader-rebalance", daemon=True).start()
+        threading.Thread(target=self._run_recovery_timer, name="unclean-recovery", daemon=True).start()
         self._enqueue("elect", self._elect)
 
     def stop(self) -> None:
@@ -161,7 +174,7 @@ class Controller:
                 self._fail(f"stepping {type(event).__name__}", exc)
                 return
             if written_at is not None:  # the step answering a partition-state write (its pushes included)
-                self.election_seconds += time.monotonic() - written_at
+                self.election_time.observe(time.monotonic() - written_at)
                 written_at = None
             event = None
             for effect in effects:
@@ -235,6 +248,7 @@ class Controller:
         reads = self._reads
         for name, watch, read in (("broker-change", self.zk.watch_brokers, reads.brokers_changed),
                                   ("topic-change", self.zk.watch_topics, reads.topics_changed),
+                                  ("partition-change", self.zk.watch_partition_changes, reads.partitions_added),
                                   ("isr-change", self.zk.watch_isr_changes, reads.isr_changed),
                                   ("topic-deletion", self.zk.watch_topic_deletions, reads.topic_deletions),
                                   ("config-change", self.zk.watch_config_changes, reads.topic_configs),
@@ -265,6 +279,13 @@ class Controller:
         while not self._stopping.wait(interval_s):
             if self.state.active and self.broker.config["auto.leader.rebalance.enable"]:
                 self._enqueue("rebalance", lambda: self._drive(RebalanceTick()))
+
+    def _run_recovery_timer(self) -> None:
+        while not self._stopping.wait(UNCLEAN_RECOVERY_RETRY_S):
+            state = self.state  # one value, read once (the controller thread replaces it)
+            if state.active and offline_partition_count(state):
+                self._enqueue("unclean-recovery",
+                              lambda: self._drive(RecoveryTick(int(time.monotonic() * 1000))))
 
     # ---- admin requests (from request threads) ------------------------------------------
 

@@ -89,6 +89,11 @@ class ZkReads:
     def topics_changed(self, state: ControllerState) -> TopicsChanged:
         return TopicsChanged(tuple(self.zk.topic_names()))
 
+    def partitions_added(self, state: ControllerState) -> TopicsChanged:
+        """Takes (deletes) the partition change notifications: the topics named are read again."""
+        grown = tuple(self.zk.take_partition_change_notifications())
+        return TopicsChanged(tuple(self.zk.topic_names()), grown)
+
     def isr_changed(self, state: ControllerState) -> IsrChanged:
         """Takes (deletes) the ISR change notifications; reads the states of the partitions known."""
         keys = tuple(self.zk.take_isr_change_notifications())

@@ -36,15 +36,17 @@ from ads_spark.errors import AdsError, ErrorCode, UnknownTopicOrPartitionError, 
 from ads_spark.broker.replica.fetcher import LeaderEndpoint
 from ads_spark.broker.replica.partition import PartitionRole
 from ads_spark.protocol.records import now_ms
-from ads_spark.replication import fencing
+from ads_spark.replication import epochs, fencing
 
 log = logging.getLogger("ads.broker.control")
 
 
 def log_end_of(state) -> dict[str, int]:
     """A replica's entry in a replica_log_ends answer, from one ``PartitionState`` (one immutable value: the
-    epoch and end offset agree). The simulation's brokers answer with it too (tests/sim/controller_env.py)."""
-    return {"last_epoch": state.epochs.latest_epoch, "log_end_offset": state.log_end_offset}
+    epoch and end offset agree): the epoch of its last record, not merely its latest epoch entry (see
+    ``epochs.last_record_epoch``). The simulation's brokers answer with it too (tests/sim/controller_env.py)."""
+    return {"last_epoch": epochs.last_record_epoch(state.epochs, state.log_end_offset),
+            "log_end_offset": state.log_end_offset}
 
 
 class ControlHandlers:

@@ -39,12 +39,15 @@ REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 ISR_CHANGE_PATH = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+# Partitions added to a known topic (``kafka-topics --alter --partitions``): the controller's cue to read it again.
+PARTITION_CHANGE_PATH = "/admin/partition_changes"
+PARTITION_CHANGE_PREFIX = "partition_change_"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 
 # Created (empty, or with the initial value) when a client first connects.
 BASE_PATHS = (
     "/cluster", BROKER_IDS_PATH, UNCLEAN_APPLIED_PATH, TOPICS_PATH, CONFIG_TOPICS_PATH, CONFIG_CHANGES_PATH,
-    DELETE_TOPICS_PATH, ISR_CHANGE_PATH,
+    DELETE_TOPICS_PATH, ISR_CHANGE_PATH, PARTITION_CHANGE_PATH,
 )
 
 # ZooKeeper refuses a request above jute.maxbuffer (1 MiB by default) by dropping the connection, which
@@ -155,12 +158,14 @@ class PartitionStateZnode:
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> "PartitionStateZnode":
+        """The state from its JSON object; InvalidRequestError naming the field if a member list is not a
+        list of broker ids (a hand-edited or foreign znode must not turn into a state nobody can elect from)."""
         return cls(
             leader=int(value["leader"]),
             leader_epoch=int(value["leader_epoch"]),
-            isr=tuple(int(b) for b in value.get("isr", ())),
-            elr=tuple(int(b) for b in value.get("elr") or ()),
-            last_known_elr=tuple(int(b) for b in value.get("last_known_elr") or ()),
+            isr=_broker_ids(value, "isr"),
+            elr=_broker_ids(value, "elr"),
+            last_known_elr=_broker_ids(value, "last_known_elr"),
             controller_epoch=int(value.get("controller_epoch", 0)),
             partition_epoch=int(value.get("partition_epoch", 0)),
             isr_broker_epochs=tuple(sorted((int(member), int(epoch))
@@ -175,18 +180,30 @@ class PartitionStateZnode:
     def from_leader_and_isr(cls, state: LeaderAndIsr) -> "PartitionStateZnode":
         """The znode value of the core's ``state`` (its partition epoch is the version, stamped on write)."""
         return cls(state.leader, state.leader_epoch, tuple(state.isr), tuple(state.elr),
-                   controller_epoch=state.controller_epoch, isr_broker_epochs=tuple(state.isr_broker_epochs))
+                   last_known_elr=tuple(state.last_known_elr), controller_epoch=state.controller_epoch,
+                   isr_broker_epochs=tuple(state.isr_broker_epochs))
 
     def to_leader_and_isr(self, zk_version: int) -> LeaderAndIsr:
         """The core's value of this znode, read at ``zk_version`` (its partition epoch)."""
         return LeaderAndIsr(self.leader, self.leader_epoch, tuple(self.isr), tuple(self.elr), zk_version,
-                            self.controller_epoch, self.isr_broker_epochs)
+                            self.controller_epoch, self.isr_broker_epochs, tuple(self.last_known_elr))
 
     def same_decision(self, other: "PartitionStateZnode") -> bool:
         """Equal in everything but the bookkeeping epochs the adapter stamps."""
         return (self.leader, self.leader_epoch, self.isr, self.elr, self.last_known_elr,
                 self.isr_broker_epochs) == (other.leader, other.leader_epoch, other.isr, other.elr,
                                             other.last_known_elr, other.isr_broker_epochs)
+
+
+def _broker_ids(value: dict[str, Any], name: str) -> tuple[int, ...]:
+    """The partition state's member list ``name`` (absent or null: empty), checked: a list of distinct
+    non-negative integer broker ids."""
+    ids = value.get(name) or []
+    if not isinstance(ids, (list, tuple)) or any(type(b) is not int or b < 0 for b in ids) \
+            or len(set(ids)) != len(ids):
+        raise InvalidRequestError(f"partition state field {name!r} must be a list of distinct broker ids, "
+                                  f"not {shown(ids)}")
+    return tuple(ids)
 
 
 class VersionedPartitionState(NamedTuple):
