@@ -81,8 +81,11 @@ class MetadataCache:
                     result.append({"topic": name, "error_code": 3, "partitions": []})
                     continue
                 partitions = [dict(topic["partitions"][p]) for p in sorted(topic["partitions"])]
+                # Every partition entry carries its topic's overrides (the controller sends them with each):
+                # the topic's config is any one of them, so `ads topics describe --json` can show it.
+                config = dict(partitions[0].get("config") or {}) if partitions else {}
                 result.append({"topic": name, "topic_id": topic.get("topic_id"), "error_code": 0,
-                               "partitions": partitions})
+                               "partitions": partitions, "config": config})
             return result
 
     def partition(self, topic: str, partition: int) -> dict[str, Any] | None:

@@ -4,13 +4,14 @@ A cluster holds a ``keep`` topic of acknowledged records (acks=all, min.insync.r
 malformed inputs go to every broker, category by category (``fuzz_inputs``: every DoAction name
 with bad bodies, tickets, descriptors, fetch sessions, produce streams with bad metadata and bad
 Arrow data, forged control-plane calls, one amplified fetch, many connections and half-open
-streams), each call bounded by a deadline. After each category the run looks for what a refused
-input must not do: a dead broker, a changed znode or file (``fuzz_state``), a broker cut off from
-ZooKeeper or deaf to the real controller. At the end it checks that ``ads verify-replicas`` passes,
-that every acknowledged record reads back, that a new topic can be created, produced to and read,
-that a preferred leader election works, that RSS and thread counts came back, and that no answer
-carried Python exception text. ``report.json`` in ``--out`` holds all of it; the exit is non-zero
-if any check failed.
+streams; create_partitions counts a broker must refuse on the keep topic, and one valid grow of keep
+that the brokers must then serve, ``fuzz_grow``), each call bounded by a deadline. After each category
+the run looks for what a refused input must not do: a dead broker, a changed znode or file
+(``fuzz_state``), a broker cut off from ZooKeeper or deaf to the real controller. At the end it
+checks that ``ads verify-replicas`` passes, that every acknowledged record reads back, that a new
+topic can be created, produced to and read, that a preferred leader election works, that RSS and
+thread counts came back, and that no answer carried Python exception text. ``report.json`` in
+``--out`` holds all of it; the exit is non-zero if any check failed.
 
 With ``heal`` (the default), a broker that crashed, lost its ZooKeeper session for good, stopped
 answering or stopped obeying the controller is recorded and then restarted, so that the categories
@@ -43,6 +44,7 @@ import pyarrow.flight as flight
 
 from ads_spark.broker.allocator import ARENAS_MAX, TRIM_THRESHOLD_BYTES
 from ads_spark.broker.zk.model import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_path
+from ads_spark.chaos import fuzz_grow as grow
 from ads_spark.chaos import fuzz_inputs as inputs
 from ads_spark.chaos.runner import keep_logs, wait_healed
 from ads_spark.chaos import fuzz_special as special
@@ -61,7 +63,7 @@ from ads_spark.errors import TopicAlreadyExistsError
 
 READ_ACTIONS = ("metadata", "list_offsets", "locate", "replica_status", "init_producer_id")
 ADMIN_ACTIONS = ("describe_configs", "create_topics", "delete_topics", "alter_configs", "elect_leaders",
-                 "alter_partition_reassignments", "controlled_shutdown")
+                 "alter_partition_reassignments", "create_partitions", "controlled_shutdown")
 CONTROL_ACTIONS = ("leader_and_isr", "update_metadata", "stop_replica", "replica_log_ends")
 # Short enough for the checks of one category to see what its inputs did (a phantom partition reaches
 # the checkpoint, a fetch long-poll ends), and a stream bound below the half-open streams the run opens
@@ -133,6 +135,8 @@ class Fuzzer:
         # Probe topics are named per run: a second run against the same --cluster-dir must not find them taken.
         self.probe_prefix = f"{PROBE_PREFIX}{uuid.uuid4().hex[:6]}-"
         self.action_names: list[str] = []
+        self.keep_partitions = 0  # keep's partition count as the run made it (fuzz_grow.py); the state diff's oracle
+        self.grows: list[dict] = []
         self.started_s = time.monotonic()
         self._probes_made = 0
 
@@ -154,6 +158,7 @@ class Fuzzer:
         self._create_or_reuse(inputs.KEEP_TOPIC, min(3, brokers), {"min.insync.replicas": str(min(2, brokers))})
         self._create_or_reuse(inputs.SINK_TOPIC, min(3, brokers), {})
         self._produce_keep()
+        self.keep_partitions = grow.zk_partition_count(self) or 0
         self.planted, self.planted_dirs = plant_victim(self.layout)
         self.action_names = self._list_actions()
         self.refresh_targets()
@@ -227,6 +232,8 @@ class Fuzzer:
                  ("produce_arrow", streams.produce_arrow_inputs(rng), False),
                  ("produce_raw", streams.produce_raw_inputs(rng), False)]
         plan += [(f"action:{n}", actions[f"action:{n}"], False) for n in ADMIN_ACTIONS if n in self.action_names]
+        if "create_partitions" in self.action_names:  # after its malformed bodies: a real topic grows here
+            plan.append(("partition_increase", grow.partition_increase, False))
         plan += [(f"action:{n}", actions[f"action:{n}"], True) for n in self.action_names if n not in named]
         plan += [(f"action:{n}", actions[f"action:{n}"], True) for n in CONTROL_ACTIONS if n in self.action_names]
         plan.append(("forged_control", inputs.forged_inputs(), True))
@@ -330,7 +337,7 @@ class Fuzzer:
                                  "log_tail": self.log_tail(broker_id)})
         time.sleep(SETTLE_S)
         after = snapshot(self.layout, self.zk)
-        changes, moved = state_diff(self.baseline, after)
+        changes, moved = state_diff(self.baseline, after, {inputs.KEEP_TOPIC: self.keep_partitions})
         self.state_changes += [{"category": name, "change": change} for change in changes]
         self.partition_state_changes += [{"category": name, "change": change} for change in moved]
         cut_off = self._cut_off([b for b in self.live_brokers() if b not in dead], after["views"])
@@ -431,7 +438,8 @@ class Fuzzer:
                   "categories": categories, "totals": totals(categories), "crashes": self.crashes,
                   "zookeeper_sessions_lost": self.zk_losses, "unresponsive": self.unresponsive, "heals": self.heals,
                   "controller_probes": self.probes, "state_changes": self.state_changes,
-                  "partition_state_changes": self.partition_state_changes, "not_run": self.not_run}
+                  "partition_state_changes": self.partition_state_changes, "not_run": self.not_run,
+                  "partition_increases": self.grows}
         report.update(run_checks(self, report, checks))
         return report
 

@@ -22,6 +22,7 @@ from ads_spark.config import BROKER_KEYS, read_properties
 # Every check a run reports, in the order of the report; tests/chaos/test_fuzz.py asserts each one.
 CHECKS = ("no_crash", "no_hang", "no_untyped_error", "no_exception_text", "no_unknown_server_error", "no_state_change",
           "no_malformed_input_accepted", "zookeeper_sessions_kept", "brokers_responsive", "controller_obeyed",
+          "partition_increase_served",
           "fetch_answer_bounded", "threads_released", "streams_bounded", "not_blocked_by_held_streams", "rss_bounded",
           "all_categories_ran", "brokers_alive_at_end", "checkpoints_readable", "outside_log_dirs_untouched",
           "verify_replicas", "acked_records_readable", "produce_consume_new_topic", "preferred_leader_election")
@@ -278,7 +279,7 @@ def _held(report: dict) -> dict:
 
 
 # What validation answers; any other answer in a category whose inputs changed state points at the culprit.
-REFUSALS = ("INVALID_REQUEST", "INVALID_TOPIC_EXCEPTION", "skipped")
+REFUSALS = ("INVALID_REQUEST", "INVALID_TOPIC_EXCEPTION", "INVALID_PARTITIONS", "skipped")
 
 
 def _state_changes(changes: list[dict], categories: dict[str, dict]) -> dict:
@@ -291,6 +292,21 @@ def _state_changes(changes: list[dict], categories: dict[str, dict]) -> dict:
         for name, found in by_category.items())
     return _check(not changes, f"{len(changes)} changes from refused inputs: {shown}" if changes
                   else "no znode, file or broker view changed")
+
+
+def _partition_increases(fuzzer) -> dict:
+    """Each valid grow of keep (fuzz_grow.py) was accepted by exactly one broker, refused by the others as
+    INVALID_PARTITIONS, and served: metadata, leaders, ISRs, acknowledged produce to the new partitions."""
+    grows = fuzzer.grows
+    if not grows:
+        offered = "create_partitions" in fuzzer.action_names
+        return _check(False, "no partition increase ran" + ("" if offered else ": the brokers do not list "
+                                                                                 "create_partitions"))
+    failed = [{k: g.get(k) for k in ("before", "target", "after", "problems")} for g in grows if not g["ok"]]
+    return _check(not failed, f"{len(failed)} of {len(grows)} grows failed: {failed[:3]}" if failed else
+                  f"keep grew {grows[0]['before']} -> {grows[-1]['after']} partitions in {len(grows)} grows, each "
+                  f"accepted once and served ({sum(g.get('acked_in_new_partitions', 0) for g in grows)} records "
+                  "acknowledged in the new partitions)")
 
 
 def _listed(items: list, ok_detail: str, what: str) -> dict:
@@ -315,6 +331,7 @@ def run_checks(fuzzer, report: dict, end: dict[str, dict]) -> dict[str, Any]:
         "controller_obeyed": _listed(failed_probes, f"{len(report['controller_probes'])} probes, all obeyed",
                                      "probes failed") if report["controller_probes"]
         else _check(False, "no probe ran (the control categories did not run)"),
+        "partition_increase_served": _partition_increases(fuzzer),
         "fetch_answer_bounded": _fetch_bounded(fuzzer, report),
         "threads_released": _threads(fuzzer, report),
         "streams_bounded": _streams_bounded(fuzzer, report),

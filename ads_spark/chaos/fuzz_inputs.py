@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from ads_spark.protocol.request_schemas import PARTITION_ID_MAX
+
 KEEP_TOPIC = "keep"
 SINK_TOPIC = "fuzzsink"  # produce inputs go here, never to keep: an accepted garbage batch must not reach it
 ABSENT_TOPIC = "fuzz-absent"
@@ -104,6 +106,9 @@ ACTION_TEMPLATES: dict[str, Template] = {
                         replica_assignment=list),
     "delete_topics": _t({"topics": [ABSENT_TOPIC]}, "topics"),
     "describe_configs": _t({"topic": KEEP_TOPIC}, "topic"),
+    # On the absent topic every variant is refused whatever its count; the counts on a real topic that must be
+    # refused (a decrease, the same, too many) are ``partition_increase_inputs``.
+    "create_partitions": _t({"topic": ABSENT_TOPIC, "partitions": 4}, "topic partitions"),
     "alter_configs": _t({"topic": ABSENT_TOPIC, "set": {"retention.ms": "60000"}, "delete": []}, "topic"),
     "elect_leaders": _t({"election_type": "preferred", "partitions": [{"topic": ABSENT_TOPIC, "partition": 0}]},
                         "election_type partitions.*.topic partitions.*.partition"),
@@ -416,6 +421,27 @@ def session_inputs(rng: random.Random, per_group: int | None) -> list[FuzzInput]
     return [FuzzInput("fetch_session", v.kind, v.label, "session", build=v.build, led_topic=KEEP_TOPIC,
                       timeout_s=OVERSIZED_TIMEOUT_S if v.kind == "oversized" else None)
             for v in choose(variants(FETCH_TEMPLATE), rng, per_group)]
+
+
+def partition_increase_inputs(keep_partitions: int) -> list[FuzzInput]:
+    """create_partitions a broker must refuse, most of them naming the keep topic (``keep_partitions`` now) so
+    that the count checks are reached: a decrease, the same count, none, one past the most a topic may have
+    and far past it; the next count (a valid grow) as another JSON type, with an unknown field or a field
+    missing; and an unknown topic. The valid grow itself is sent by ``fuzz_grow``."""
+    grow, most = keep_partitions + 1, PARTITION_ID_MAX + 1
+    keep = {"topic": KEEP_TOPIC}
+    cases = [("decrease", {**keep, "partitions": count}) for count in sorted({keep_partitions - 1, 1} - {0})]
+    cases += [("same_count", {**keep, "partitions": keep_partitions}),
+              ("zero", {**keep, "partitions": 0}), ("negative", {**keep, "partitions": -1})]
+    cases += [("huge_count", {**keep, "partitions": count}) for count in (most + 1, 2 ** 31, 2 ** 63, 10 ** 30)]
+    cases += [("wrong_type", {**keep, "partitions": wrong}) for wrong in (str(grow), grow + 0.5, True, None, [grow])]
+    cases += [("wrong_type", {"topic": [KEEP_TOPIC], "partitions": grow}),
+              ("unknown_field", {**keep, "partitions": grow, UNKNOWN_FIELD: 1}),
+              ("missing_field", {"partitions": grow}), ("missing_field", dict(keep)),
+              ("unknown_topic", {"topic": ABSENT_TOPIC, "partitions": grow}),
+              ("unknown_topic", {"topic": KEEP_TOPIC.upper(), "partitions": grow})]  # names are case-sensitive
+    return [FuzzInput("partition_increase", kind, _short(body), "action", name="create_partitions",
+                      build=lambda b=body: dumps(b)) for kind, body in cases]
 
 
 def forged_inputs() -> list[FuzzInput]:

@@ -15,7 +15,8 @@ A snapshot is three maps of text, compared before and after each category of the
 Left out, because they change legitimately: the keep topic's and the probe topics' partition files
 and checkpoint entries, ISR change notifications, process logs and pid files, temporary files. The
 partition states of keep and of the produce sink are compared but reported apart: leadership and ISR
-move when a broker restarts, and an ISR shrink is a symptom, not a refused input's write.
+move when a broker restarts, and an ISR shrink is a symptom, not a refused input's write. So is keep
+growing to the partition count the run grew it to itself (``fuzz_grow``), and only to that count.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ads_spark.broker.log.checkpoints import _parse_checkpoint, _parse_offset_en
 from ads_spark.broker.log.checkpoints import _read_lines as _read_checkpoint_lines
 from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC, SINK_TOPIC
 from ads_spark.chaos.fuzz_report import code_name, typed_detail
-from ads_spark.broker.zk.model import ISR_CHANGE_PATH
+from ads_spark.broker.zk.model import ISR_CHANGE_PATH, TOPICS_PATH
 from ads_spark.broker.zk.session import DEFAULT_CHROOT
 from ads_spark.config import BrokerConfig, read_properties
 from ads_spark.errors import StorageError
@@ -219,8 +220,35 @@ def partition_state_path(path: str) -> bool:
     return any(path.startswith(f"/brokers/topics/{topic}/partitions/") for topic in (KEEP_TOPIC, SINK_TOPIC))
 
 
-def diff(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]]) -> tuple[list[str], list[str]]:
-    """(changes, partition states of keep and the sink that moved), each as readable lines."""
+def grown(section: str, key: str, old: str | None, new: str | None, counts: dict[str, int]) -> bool:
+    """Whether a change is a topic of ``counts`` (topic -> the partition count the run itself grew it to,
+    ``fuzz_grow``) growing to exactly that count: its assignment gaining the new partitions with the rest
+    unchanged, or a new partition's directory. Any other growth, or a shrink, is not."""
+    if section == "znodes" and key.startswith(TOPICS_PATH + "/") and old is not None and new is not None:
+        topic = key[len(TOPICS_PATH) + 1:]
+        if topic not in counts:
+            return False
+        try:
+            was, now = json.loads(old), json.loads(new)
+            was_parts, now_parts = was.pop("partitions"), now.pop("partitions")
+            was_observers, now_observers = was.pop("observers", {}), now.pop("observers", {})
+        except (ValueError, KeyError, AttributeError):  # cut at 2,000 characters, or not an assignment
+            return False
+        if not all(isinstance(v, dict) for v in (was_parts, now_parts, was_observers, now_observers)):
+            return False
+        return (was == now and set(now_parts) == {str(p) for p in range(counts[topic])}
+                and all(now_parts.get(p) == r for p, r in was_parts.items())
+                and all(now_observers.get(p) == r for p, r in was_observers.items()))
+    if section == "files" and old is None and new == "dir":
+        parsed = parse_partition_dir_name(key.rsplit("/", 1)[-1])
+        return parsed is not None and parsed[0] in counts and parsed[1] < counts[parsed[0]]
+    return False
+
+
+def diff(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]],
+         grown_to: dict[str, int] | None = None) -> tuple[list[str], list[str]]:
+    """(changes, partition states of keep and the sink that moved), each as readable lines. A topic of
+    ``grown_to`` growing to its count there (``grown``) is among the second, as moved, not changed."""
     changes, moved = [], []
     for section in ("znodes", "files", "views"):
         old, new = before.get(section, {}), after.get(section, {})
@@ -233,7 +261,9 @@ def diff(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]]) ->
                 line = f"{section} {key}: removed (was {_cut(old[key])})"
             else:
                 line = f"{section} {key}: {_cut(old[key])} -> {_cut(new[key])}"
-            (moved if section == "znodes" and partition_state_path(key) else changes).append(line)
+            explained = (section == "znodes" and partition_state_path(key)) or grown(
+                section, key, old.get(key), new.get(key), grown_to or {})
+            (moved if explained else changes).append(line)
     return changes, moved
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ads_spark.cli.common import DEFAULT_STATE_DIR, print_json
+from ads_spark.cli.common import DEFAULT_STATE_DIR, partition_health, print_json
 from ads_spark.cluster import LocalCluster
 
 
@@ -50,15 +50,23 @@ def cluster_status(args) -> int:
 
     cluster = LocalCluster(Path(args.dir))
     status = cluster.status()
-    try:
-        metadata = Admin({"bootstrap.servers": status["bootstrap_servers"]}).cluster() if any(
-            b["alive"] for b in status["brokers"]) else {}
-    except Exception:  # status must print even when the cluster is broken
-        metadata = {}
+    metadata, health = {}, None
+    if any(b["alive"] for b in status["brokers"]):
+        admin = Admin({"bootstrap.servers": status["bootstrap_servers"], "default.api.timeout.ms": 10_000})
+        try:
+            metadata = admin.cluster()
+            health = partition_health(admin.describe_topics(None))
+        except Exception:  # status must print even when the cluster is broken
+            pass
+        finally:
+            admin.close()
     registered = {int(b["id"]): b for b in metadata.get("brokers", [])}
     for broker in status["brokers"]:
         broker["controller"] = broker["id"] == metadata.get("controller_id")
         broker["metrics_port"] = registered.get(broker["id"], {}).get("metrics_port")
+    controller_id = metadata.get("controller_id")
+    status["controller_id"] = controller_id if controller_id is not None and controller_id >= 0 else None
+    status["partitions"] = health  # None: no broker answered
     if args.json:
         print_json(status)
         return 0
@@ -67,6 +75,12 @@ def cluster_status(args) -> int:
         flags = ["alive" if broker["alive"] else "down"] + (["controller"] if broker["controller"] else [])
         print(f"Broker {broker['id']}: pid {broker['pid']} {broker['address']} rack={broker['rack']} "
               f"{' '.join(flags)}")
+    print(f"Controller: {status['controller_id'] if status['controller_id'] is not None else 'unknown'}")
+    if health is None:
+        print("Partitions: unknown (no broker answered)")
+    else:
+        print(f"Partitions: {health['total']} total, {health['under_replicated']} under-replicated, "
+              f"{health['under_min_isr']} under min ISR, {health['offline']} offline")
     return 0
 
 

@@ -52,3 +52,40 @@ def open_admin(args, **extra):
 
 def print_json(value) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
+
+
+# ---- partition health: one definition for `ads topics describe` filters and `ads cluster status` -----------
+# As Kafka's kafka-topics defines them: under-replicated needs a leader; a partition without a leader counts
+# as under min ISR too (nothing can be committed), and as unavailable.
+
+UNDER_MIN_ISR_NOTE = ("ISR below min.insync.replicas={min_isr}: the high watermark stops, so acks=1 writes are "
+                      "acknowledged but not readable until the ISR recovers; acks=all writes are refused")
+
+
+def is_under_replicated(partition) -> bool:
+    return partition.leader >= 0 and len(partition.isr) < len(partition.replicas)
+
+
+def is_under_min_isr(partition, min_insync_replicas: int) -> bool:
+    return partition.leader < 0 or len(partition.isr) < min_insync_replicas
+
+
+def is_unavailable(partition) -> bool:
+    live_replicas = [r for r in partition.replicas if r not in partition.offline_replicas]
+    return partition.leader < 0 or not live_replicas
+
+
+def under_min_isr_note(partition, min_insync_replicas: int) -> str | None:
+    """A led partition below min ISR behaves unlike Kafka's (docs/DESIGN.md, departures): say so where it shows."""
+    if partition.leader >= 0 and len(partition.isr) < min_insync_replicas:
+        return UNDER_MIN_ISR_NOTE.format(min_isr=min_insync_replicas)
+    return None
+
+
+def partition_health(descriptions) -> dict[str, int]:
+    """Counts over every partition of ``descriptions`` (``Admin.describe_topics``)."""
+    partitions = [(p, d.min_insync_replicas) for d in descriptions for p in d.partitions]
+    return {"total": len(partitions),
+            "under_replicated": sum(is_under_replicated(p) for p, _ in partitions),
+            "under_min_isr": sum(is_under_min_isr(p, m) for p, m in partitions),
+            "offline": sum(p.leader < 0 for p, _ in partitions)}

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import sys
 
-from ads_spark.cli.common import add_bootstrap, open_admin, print_json
+from ads_spark.cli.common import (
+    add_bootstrap, is_unavailable, is_under_min_isr, is_under_replicated, open_admin, print_json, under_min_isr_note,
+)
 from ads_spark.config import parse_overrides
 from ads_spark.errors import InvalidRequestError
 
 
 def register(commands) -> None:
-    topics = commands.add_parser("topics", help="create, list, describe, delete topics")
+    topics = commands.add_parser("topics", help="create, list, describe, alter (add partitions), delete topics")
     actions = topics.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create")
     add_bootstrap(create)
     create.add_argument("--topic", required=True)
-    create.add_argument("--partitions", type=int, default=None)
-    create.add_argument("--replication-factor", type=int, default=None)
+    create.add_argument("--partitions", type=int, default=None, help="default: the brokers' num.partitions")
+    create.add_argument("--replication-factor", type=int, default=None,
+                        help="default: the brokers' default.replication.factor")
     create.add_argument("--config", action="append", default=[], metavar="K=V")
     create.add_argument("--replica-assignment", default=None, help="1:2:3,2:3:1")
     create.add_argument("--observers", default=None, metavar="4,5",
@@ -36,6 +39,12 @@ def register(commands) -> None:
     describe.add_argument("--unavailable-partitions", action="store_true")
     describe.add_argument("--json", action="store_true")
     describe.set_defaults(func=describe_topics)
+    alter = actions.add_parser("alter", help="add partitions to a topic (kafka-topics --alter --partitions)")
+    add_bootstrap(alter)
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int, required=True,
+                       help="the new partition count; only a larger one is accepted")
+    alter.set_defaults(func=alter_topic)
     delete = actions.add_parser("delete")
     add_bootstrap(delete)
     delete.add_argument("--topic", required=True)
@@ -66,10 +75,8 @@ def parse_assignment(text: str) -> list[list[int]]:
 def create_topic(args) -> int:
     admin = open_admin(args)
     assignment = parse_assignment(args.replica_assignment) if args.replica_assignment else None
-    if assignment is None and (args.partitions is None or args.replication_factor is None):
-        raise InvalidRequestError("give --partitions and --replication-factor, or --replica-assignment")
     observers = [int(b) for b in args.observers.split(",")] if args.observers else None
-    admin.create_topic(args.topic, args.partitions or 0, args.replication_factor or 0,
+    admin.create_topic(args.topic, args.partitions, args.replication_factor,
                        config=parse_overrides(args.config), replica_assignment=assignment, observers=observers)
     print(f"Created topic {args.topic}.")
     return 0
@@ -82,29 +89,23 @@ def list_topics(args) -> int:
 
 
 def _selected(description, args) -> list:
-    chosen = []
-    for p in description.partitions:
-        live_replicas = [r for r in p.replicas if r not in p.offline_replicas]
-        if args.under_replicated_partitions and len(p.isr) >= len(p.replicas):
-            continue
-        if args.under_min_isr_partitions:
-            min_isr = int(description.config.get("min.insync.replicas", 1))
-            if len(p.isr) >= min_isr:
-                continue
-        if args.unavailable_partitions and p.leader >= 0 and live_replicas:
-            continue
-        chosen.append(p)
-    return chosen
+    min_isr = description.min_insync_replicas
+    return [p for p in description.partitions
+            if not (args.under_replicated_partitions and not is_under_replicated(p))
+            and not (args.under_min_isr_partitions and not is_under_min_isr(p, min_isr))
+            and not (args.unavailable_partitions and not is_unavailable(p))]
 
 
 def describe_topics(args) -> int:
     admin = open_admin(args)
     descriptions = admin.describe_topics([args.topic] if args.topic else None)
     if args.json:
-        print_json({"topics": [{"topic": d.topic, "topic_id": d.topic_id, "config": d.config, "partitions": [
+        print_json({"topics": [{"topic": d.topic, "topic_id": d.topic_id, "config": d.config,
+                                "min_insync_replicas": d.min_insync_replicas, "partitions": [
             {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
              "replicas": list(p.replicas), "isr": list(p.isr), "elr": list(p.elr),
-             "observers": list(p.observers)} for p in _selected(d, args)]} for d in descriptions]})
+             "observers": list(p.observers), "note": under_min_isr_note(p, d.min_insync_replicas)}
+            for p in _selected(d, args)]} for d in descriptions]})
         return 0
     for d in descriptions:
         for p in _selected(d, args):
@@ -115,12 +116,22 @@ def describe_topics(args) -> int:
                 line += f"\tElr: {_ids(p.elr)}"
             if p.observers:
                 line += f"\tObservers: {_ids(p.observers)}"
+            note = under_min_isr_note(p, d.min_insync_replicas)
+            if note:
+                line += f"\tNote: {note}"
             print(line)
     return 0
 
 
 def _ids(values) -> str:
     return ",".join(str(v) for v in values)
+
+
+def alter_topic(args) -> int:
+    added = open_admin(args).create_partitions(args.topic, args.partitions)
+    placed = ", ".join(f"{a['partition']}: {_ids(a['replicas'])}" for a in added)
+    print(f"Topic {args.topic} now has {args.partitions} partitions (added {placed}).")
+    return 0
 
 
 def delete_topic(args) -> int:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
+from ads_spark.config import ADMIN_KEYS, check_client_keys, parse_int
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, PartitionMetadata, backoff_sleep
 from ads_spark.client.consumer import API_TIMEOUT_MS_DEFAULT, Consumer, TopicPartition
@@ -20,31 +21,53 @@ from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_fo
 WAIT_POLL_INTERVAL_S = 0.1
 
 
+def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of a client config that an Admin reads (``config.ADMIN_KEYS``): for an Admin made from a config
+    shared with a producer or consumer (a Spark sink's ``acks``, a source's ``client.rack``), whose own client
+    refuses a key none of them reads."""
+    return {name: value for name, value in config.items() if name in ADMIN_KEYS}
+
+
 @dataclass(frozen=True)
 class TopicDescription:
     topic: str
     topic_id: str
     partitions: list[PartitionMetadata]
-    config: dict[str, str]
+    config: dict[str, str]  # the topic's overrides, as `kafka-topics --describe` shows them
+    min_insync_replicas: int = 1  # the value that applies (override or the broker's default)
 
 
 class Admin:
     def __init__(self, config: dict[str, Any], connections: Connections | None = None):
+        # A key it would not read is refused by name (a typo, or a producer/consumer key: see admin_config).
+        check_client_keys(ADMIN_KEYS, config, "admin")
         self.config = dict(config)
         self._connections = connections or Connections(config)
         self._owns_connections = connections is None
-        self.api_timeout_ms = int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT))
+        self.api_timeout_ms = parse_int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT),
+                                        name="default.api.timeout.ms", min_value=0)
 
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+    def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
                      config: dict[str, str] | None = None, replica_assignment: list[list[int]] | None = None,
                      timeout_s: float = 30, observers: list[int] | None = None) -> None:
-        """``observers``: brokers holding a non-voting replica of every partition (replicate, never lead)."""
+        """``observers``: brokers holding a non-voting replica of every partition (replicate, never lead).
+        ``partitions`` / ``replication_factor`` None: the brokers' num.partitions / default.replication.factor."""
         body = {"topics": [{"topic": name, "partitions": partitions, "replication_factor": replication_factor,
                             "config": {k: str(v) for k, v in (config or {}).items()},
                             "replica_assignment": replica_assignment, "observers": observers}]}
         self._check(self._connections.call_any(wire.ACTION_CREATE_TOPICS, body))
         self._wait(lambda: self._all_led(name, partitions if not replica_assignment else len(replica_assignment)),
                    timeout_s, f"topic '{name}' to get a leader for every partition")
+
+    def create_partitions(self, name: str, partitions: int, timeout_s: float = 30) -> list[dict[str, Any]]:
+        """Grow topic ``name`` to ``partitions`` partitions (Kafka's ``createPartitions``); returns the new
+        ones as ``{"partition", "replicas"}``. A decrease or the same count raises InvalidPartitionsError.
+        Waits, bounded by ``timeout_s``, until every live broker names a leader for each partition."""
+        response = self._connections.call_any(wire.ACTION_CREATE_PARTITIONS, {"topic": name, "partitions": partitions})
+        self._check(response)
+        self._wait(lambda: self._all_led(name, partitions), timeout_s,
+                   f"topic '{name}' to get a leader for each of its {partitions} partitions")
+        return list(response.get("added", []))
 
     def delete_topic(self, name: str, timeout_s: float = 30) -> None:
         self._check(self._connections.call_any(wire.ACTION_DELETE_TOPICS, {"topics": [name]}))
@@ -65,11 +88,13 @@ class Admin:
                                             tuple(p.get("observers", ()) or ()),
                                             tuple(p.get("offline_replicas", ()) or ()))
                           for p in topic.get("partitions", [])]
-            result.append(TopicDescription(topic["topic"], topic.get("topic_id") or "", partitions,
-                                           dict(topic.get("config") or {})))
+            config = dict(topic.get("config") or {})
+            min_isr = int(topic.get("min_insync_replicas") or config.get("min.insync.replicas") or 1)
+            result.append(TopicDescription(topic["topic"], topic.get("topic_id") or "", partitions, config, min_isr))
         return result
 
     def list_offsets(self, tps: list[TopicPartition], spec: str | int) -> dict[TopicPartition, int]:
+        # The admin keys are connection keys, which a Consumer reads too.
         return Consumer(self.config, self._connections).list_offsets(tps, spec)
 
     def describe_configs(self, topic: str) -> dict[str, Any]:
@@ -129,11 +154,13 @@ class Admin:
             if isinstance(item, dict) and item.get("error_code"):
                 raise error_for(item["error_code"], item.get("message", ""))
 
-    def _all_led(self, name: str, partitions: int) -> bool:
+    def _all_led(self, name: str, partitions: int | None) -> bool:
         """Every partition led, as seen by every live broker: the controller informs brokers one by one,
         and "created" should mean that no broker still answers "no such topic"."""
         view = self._connections.refresh([name])
         found = view.topics.get(name, {})
+        if partitions is None:  # the broker's num.partitions: as many as the first broker answering shows
+            partitions = len(found) or -1
         if not (len(found) == partitions and all(p.leader >= 0 for p in found.values())):
             return False
         for address in view.brokers.values():

@@ -379,9 +379,15 @@ ACTION_SCHEMAS: dict[str, Obj] = {
     "list_offsets": Obj({"partitions": required(_partitions(Obj(_partition(
         timestamp=required(Int(-2, INT64_MAX)), current_leader_epoch=optional(EPOCH)))))}),
     "locate": FETCH_PARTITION,
+    # KIP-320, asked by consumers: where the leader's log ends for leader_epoch (the epoch of what was read).
+    "offset_for_leader_epoch": Obj({"partitions": required(_partitions(Obj(_partition(
+        leader_epoch=required(Int(0, INT32_MAX)), current_leader_epoch=optional(EPOCH)))))}),
     "create_topics": Obj({"topics": required(Distinct(_CREATE_TOPIC, TOPICS_PER_REQUEST_MAX, ("topic",), min_items=1))}),
     "delete_topics": Obj({"topics": required(ListOf(TOPIC, TOPICS_PER_REQUEST_MAX, min_items=1, distinct=True))}),
     "describe_configs": Obj({"topic": required(TOPIC)}),
+    # The topic's new partition count (only ever larger); the new partitions are placed rack-aware.
+    "create_partitions": Obj({"topic": required(TOPIC),
+                              "partitions": required(Int(1, PARTITION_ID_MAX + 1, error=InvalidPartitionsError))}),
     "alter_configs": Obj({"topic": required(TOPIC), "set": optional(CONFIG),
                           "delete": optional(ListOf(Text(TOPIC_NAME_CHARS_MAX), CONFIG_ENTRIES_MAX))}),
     "elect_leaders": Obj({"election_type": required(Text(16, choices=("preferred", "unclean"))),

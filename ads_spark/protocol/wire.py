@@ -42,6 +42,7 @@ ACTION_DESCRIBE_CONFIGS = "describe_configs"
 ACTION_ALTER_CONFIGS = "alter_configs"
 ACTION_ELECT_LEADERS = "elect_leaders"
 ACTION_REASSIGN = "alter_partition_reassignments"
+ACTION_CREATE_PARTITIONS = "create_partitions"  # grow a topic (Kafka's CreatePartitions)
 ACTION_LEADER_AND_ISR = "leader_and_isr"
 ACTION_UPDATE_METADATA = "update_metadata"
 ACTION_STOP_REPLICA = "stop_replica"
@@ -50,6 +51,7 @@ ACTION_REPLICA_STATUS = "replica_status"
 ACTION_REPLICA_LOG_ENDS = "replica_log_ends"  # controller -> broker, before an unclean election
 ACTION_INIT_PRODUCER_ID = "init_producer_id"
 ACTION_LOCATE = "locate"  # where a fetch's batches are in the segment files (ads_spark/local_reads.py)
+ACTION_OFFSET_FOR_LEADER_EPOCH = "offset_for_leader_epoch"  # a consumer's KIP-320 check of its position
 
 FETCH = "fetch"
 FETCH_SESSION = "fetch_session"  # a DoExchange stream of fetches (broker/rpc/server.py)

@@ -111,6 +111,32 @@ def assign_replicas(partitions: int, replication_factor: int, brokers: Mapping[i
     return result
 
 
+def assign_added_partitions(existing: Mapping[int, Sequence[int]], total: int,
+                            brokers: Mapping[int, str | None] | Iterable[int], *,
+                            rack_aware_mode: str = RACK_AWARE_ENFORCED) -> Assignment:
+    """Replicas for partitions ``len(existing)`` .. ``total - 1`` of a growing topic (Kafka's
+    ``kafka-topics --alter --partitions``); the existing partitions are not touched.
+
+    The walk of ``assign_replicas`` continues from the existing partition count,
+    anchored (start index and shift, as Kafka does) at partition 0's preferred
+    leader in the broker order, so the new preferred leaders carry on the spread
+    rather than all starting over at the first broker. The replication factor is
+    partition 0's.
+    """
+    count = len(existing)
+    if count == 0 or sorted(existing) != list(range(count)):
+        raise InvalidReplicaAssignmentError(
+            f"the existing assignment must number partitions 0..n-1, not {sorted(existing)}")
+    if total <= count:
+        raise InvalidPartitionsError(f"a topic with {count} partitions can only grow, not go to {total}")
+    first = list(existing[0])
+    ids, racks = _broker_racks(brokers, rack_aware_mode)
+    order = rack_alternated_brokers(racks) if racks else ids
+    anchor = order.index(first[0]) if first[0] in order else 0
+    return assign_replicas(total - count, len(first), brokers, start_index=anchor, replica_shift=anchor,
+                           start_partition=count, rack_aware_mode=rack_aware_mode)
+
+
 def _rack_aware_replicas(order: Sequence[int], racks: Mapping[int, str], first: int, shift: int,
                          replication_factor: int, rack_count: int) -> list[int]:
     count = len(order)

@@ -147,3 +147,52 @@ def test_checkpoints_and_diffs_name_what_changed(tmp_path):
     assert changes == ["znodes /brokers/ids/1: removed (was a)", "files broker-1/data/-0: added (dir)",
                        "views 1: epoch 1 -> epoch 9223372036854775807"]
     assert moved == ["znodes /brokers/topics/keep/partitions/0/state: isr 1,2,3 -> isr 1,2"]
+
+
+def test_create_partitions_inputs_reach_the_count_checks_and_none_is_a_valid_grow():
+    from ads_spark.errors import AdsError
+    from ads_spark.protocol.request_schemas import PARTITION_ID_MAX, checker
+
+    check = checker("create_partitions")
+    found = inputs.partition_increase_inputs(3)
+    bodies = [(i.kind, json.loads(i.build())) for i in found]
+    assert {i.name for i in found} == {"create_partitions"}
+    assert {"decrease", "same_count", "huge_count", "wrong_type", "unknown_topic"} <= {k for k, _ in bodies}
+    counts = {b.get("partitions") for k, b in bodies if b.get("topic") == inputs.KEEP_TOPIC and k != "wrong_type"}
+    assert {2, 3, 0, PARTITION_ID_MAX + 2} <= counts
+    for kind, body in bodies:
+        grows_keep = (body.get("topic") == inputs.KEEP_TOPIC and type(body.get("partitions")) is int
+                      and 3 < body["partitions"] <= PARTITION_ID_MAX + 1 and set(body) == {"topic", "partitions"})
+        assert not grows_keep, body
+        if kind in ("decrease", "same_count", "unknown_topic"):
+            check(body)  # well-formed: refused only by the count or topic checks behind the schema
+        else:
+            with pytest.raises(AdsError):
+                check(body)
+    template = inputs.action_inputs(["create_partitions"], random.Random(1), 1)["action:create_partitions"]
+    assert template and inputs.ACTION_TEMPLATES["create_partitions"].body["topic"] == inputs.ABSENT_TOPIC
+
+
+def _assignment(partitions: int, first: list[int] | None = None) -> str:
+    replicas = {str(p): ([1, 2, 3] if p or first is None else first) for p in range(partitions)}
+    return json.dumps({"version": 3, "topic_id": "t", "partitions": replicas, "observers": {},
+                       "adding_replicas": {}, "removing_replicas": {}})
+
+
+def test_the_diff_lets_keep_grow_to_the_runs_own_count_and_no_further():
+    before = {"znodes": {"/brokers/topics/keep": _assignment(3), "/brokers/topics/fuzzsink": _assignment(3)},
+              "files": {"broker-1/data/keep-0": "dir"}, "views": {}}
+    grown = {"znodes": {"/brokers/topics/keep": _assignment(4), "/brokers/topics/fuzzsink": _assignment(3)},
+             "files": {"broker-1/data/keep-0": "dir", "broker-1/data/keep-3": "dir"}, "views": {}}
+    changes, moved = diff(before, grown, {inputs.KEEP_TOPIC: 4})
+    assert changes == [] and len(moved) == 2
+    assert len(diff(before, grown)[0]) == 2  # without the run's count, growth is a change
+    assert len(diff(before, grown, {inputs.KEEP_TOPIC: 5})[0]) == 1  # the assignment is not at that count
+    too_far = {**grown, "files": {**grown["files"], "broker-1/data/keep-4": "dir"}}
+    assert diff(before, too_far, {inputs.KEEP_TOPIC: 4})[0] == ["files broker-1/data/keep-4: added (dir)"]
+    moved_replicas = {**grown, "znodes": {**grown["znodes"], "/brokers/topics/keep": _assignment(4, [3, 2, 1])}}
+    assert [c.split(":")[0] for c in diff(before, moved_replicas, {inputs.KEEP_TOPIC: 4})[0]] == \
+        ["znodes /brokers/topics/keep"]  # an existing partition's replicas changed
+    sink = {**grown, "znodes": {**grown["znodes"], "/brokers/topics/fuzzsink": _assignment(4)}}
+    assert [c.split(":")[0] for c in diff(before, sink, {inputs.KEEP_TOPIC: 4})[0]] == \
+        ["znodes /brokers/topics/fuzzsink"]

@@ -41,7 +41,19 @@ class AdminHandlers:
             wire.ACTION_CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
             wire.ACTION_ELECT_LEADERS: self.handle_elect_leaders,
             wire.ACTION_REASSIGN: self.handle_reassign,
+            wire.ACTION_CREATE_PARTITIONS: self.handle_create_partitions,
         }
+
+    def handle_create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Grow a topic to ``partitions`` (Kafka's CreatePartitions): refused for a decrease or the same count;
+        the new partitions are written to ZooKeeper, and the controller leads them and tells the brokers."""
+        topic = wire.require(body, "topic", str, "create_partitions")
+        total = wire.require(body, "partitions", int, "create_partitions")
+        if not 1 <= total <= PARTITIONS_PER_TOPIC_MAX:
+            raise InvalidPartitionsError(f"partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {total}")
+        added = self._membership().add_partitions(topic, total)
+        return {"error_code": 0, "topic": topic, "partitions": total,
+                "added": [{"partition": p, "replicas": list(r)} for p, r in sorted(added.items())]}
 
     def handle_reassign(self, body: dict[str, Any]) -> dict[str, Any]:
         """Validate a reassignment (Kafka's JSON) and record it in ZooKeeper; the controller carries it out."""
@@ -116,9 +128,13 @@ class AdminHandlers:
                                           "its metadata may be stale")
         result = self.broker.metadata.to_json()
         topics = self.broker.metadata.describe(names)
-        if not body.get("include_config"):
-            for topic in topics:
+        for topic in topics:
+            if not body.get("include_config"):
                 topic.pop("config", None)
+            elif "config" in topic:
+                # What the overrides come to with this broker's defaults: a tool that counts partitions
+                # under min ISR needs the value that applies, not only an override.
+                topic["min_insync_replicas"] = self.broker._effective(topic["config"])["min.insync.replicas"]
         result["topics"] = topics
         return result
 
@@ -148,8 +164,15 @@ class AdminHandlers:
                 raise InvalidRequestError("replica_assignment must be a list of non-empty lists of broker ids")
             partitions, replication_factor = len(assignment), len(assignment[0])
         else:
-            partitions = wire.require(entry, "partitions", int, what)
-            replication_factor = wire.require(entry, "replication_factor", int, what)
+            # Left out (null or absent): the broker's num.partitions / default.replication.factor, as in
+            # Kafka's CreateTopics (-1 there).
+            partitions, replication_factor = entry.get("partitions"), entry.get("replication_factor")
+            if partitions is None:
+                partitions = self.broker.config["num.partitions"]
+            if replication_factor is None:
+                replication_factor = self.broker.config["default.replication.factor"]
+            if type(partitions) is not int or type(replication_factor) is not int:
+                raise InvalidRequestError("create_topics: 'partitions' and 'replication_factor' must be integers")
         if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX:
             raise InvalidPartitionsError(f"partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {partitions}")
         if replication_factor < 1:

@@ -3,8 +3,8 @@
 The broker registers an ephemeral znode (its broker epoch is that znode's
 creation zxid, so a restarted broker always has a newer epoch), runs the
 controller elector, and performs the admin writes that the controller then
-reacts to (topic creation with a rack-aware assignment, deletion markers,
-config changes). Losing the ZooKeeper session removes the registration; the
+reacts to (topic creation and partition increase with a rack-aware assignment,
+deletion markers, config changes). Losing the ZooKeeper session removes the registration; the
 broker re-registers with a new epoch when the session comes back.
 
 A broker must not act on a session it may have lost (issue #20: one whose
@@ -31,8 +31,10 @@ from ads_spark.protocol.connection import Connections
 from ads_spark.broker.zk.model import PartitionStateZnode
 from ads_spark.replication.state import LeaderAndIsr
 from ads_spark.broker.zk.client import ZkClient
+from ads_spark.replication.assignment import assign_added_partitions
 from ads_spark.errors import (
-    ErrorCode, InvalidReplicaAssignmentError, TopicAlreadyExistsError, UnknownTopicOrPartitionError, error_for,
+    ErrorCode, InvalidPartitionsError, InvalidReplicaAssignmentError, TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError, error_for,
 )
 
 log = logging.getLogger("ads.broker.membership")
@@ -231,6 +233,24 @@ class ZkMembership:
         if any(set(replicas) & set(observers) for replicas in plan.values()):
             raise InvalidReplicaAssignmentError("a broker cannot hold both a replica and an observer of a partition")
         return plan
+
+    def add_partitions(self, name: str, total: int) -> dict[int, list[int]]:
+        """Grow topic ``name`` to ``total`` partitions, placed rack-aware over the live brokers (the existing
+        ones untouched); returns the new partitions' replicas. A decrease or the same count is refused
+        naming the topic and both counts, and nothing is written."""
+        topic = self.zk.read_topic(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        existing = topic["assignment"]
+        if total <= len(existing):
+            change = "the same count" if total == len(existing) else "a decrease"
+            raise InvalidPartitionsError(f"topic '{name}' has {len(existing)} partitions; {total} is {change}: "
+                                         "partitions can only be added")
+        observers = list(topic["observers"].get(0, []))  # every partition of a topic has the same observers
+        racks = {b: info.get("rack") for b, info in self.zk.live_brokers().items() if b not in observers}
+        added = assign_added_partitions(existing, total, racks)
+        self.zk.add_partitions(name, added, {p: observers for p in added} if observers else None, len(existing))
+        return added
 
     def topic_exists(self, name: str) -> bool:
         return self.zk.read_topic(name) is not None

@@ -12,7 +12,9 @@ writes the replication rules depend on live here:
   multi-op with its ``isr_change_notification``.
 
 Topic creation is one transaction: assignment (with a fresh topic id), config
-and every partition's initial state appear together or not at all.
+and every partition's initial state appear together or not at all; so is a
+partition increase (the grown assignment, the new states, the controller's
+notification).
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 
 from ads_spark.broker.zk.model import (
     CONFIG_CHANGE_PREFIX, CONFIG_CHANGES_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH, ISR_CHANGE_PATH,
-    ISR_CHANGE_PREFIX, TOPICS_PATH, ControllerEpoch, PartitionStateZnode, StaleVersion, TopicAssignmentZnode,
+    ISR_CHANGE_PREFIX, PARTITION_CHANGE_PATH, PARTITION_CHANGE_PREFIX, TOPICS_PATH, ControllerEpoch,
+    PartitionStateZnode, StaleVersion, TopicAssignmentZnode,
     VersionedPartitionState, decode_json, delete_topic_marker_path, encode_json, partition_path,
     partition_state_path, partitions_path, topic_config_path, topic_path,
 )
 from ads_spark.broker.zk.session import MultiOpFailed
 from ads_spark.errors import (
-    InvalidReplicaAssignmentError, InvalidRequestError, StaleControllerEpochError, TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
+    InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidRequestError, StaleControllerEpochError,
+    TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
 from ads_spark.protocol.names import validate_topic_name
 
@@ -164,6 +167,52 @@ class ZkTopics:
                     f"controller epoch {controller_epoch.epoch} was superseded; topic '{topic}' not created") from None
             raise InvalidRequestError(f"topic '{topic}' was not created: {failed}") from None
         return topic_id
+
+    def add_partitions(self, topic: str, added: Mapping[int, Sequence[int]],
+                       observers: Mapping[int, Sequence[int]] | None, partitions_before: int) -> None:
+        """Add partitions ``added`` (numbered on from ``partitions_before``) to a topic in one transaction:
+        the assignment (conditional on the version read, which must still hold ``partitions_before``
+        partitions), each new partition's initial state (first replica leading, every replica in the ISR,
+        as at creation) and the notification the controller watches. The existing partitions are untouched."""
+        found = self._read(topic_path(topic))
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
+        if self._read(delete_topic_marker_path(topic)) is not None:
+            raise UnknownTopicOrPartitionError(f"topic '{topic}' is marked for deletion")
+        znode = TopicAssignmentZnode.from_json(found[0])
+        if len(znode.partitions) != partitions_before:
+            raise InvalidPartitionsError(f"topic '{topic}' has {len(znode.partitions)} partitions, not "
+                                         f"{partitions_before}: it changed meanwhile; retry")
+        grown = {**znode.partitions, **{int(p): tuple(int(b) for b in r) for p, r in added.items()}}
+        _validate_assignment(topic, grown)
+        updated = dataclasses.replace(znode, partitions=grown, observers={
+            **znode.observers, **{int(p): tuple(int(b) for b in r) for p, r in (observers or {}).items()}})
+        epoch = self.controller_epoch()
+        change = encode_json({"version": 1, "topic": topic})
+
+        def build(tx) -> None:
+            tx.set_data(topic_path(topic), updated.to_json(), version=found[1].version)
+            for partition in sorted(added):
+                replicas = updated.partitions[partition]
+                tx.create(partition_path(topic, partition))
+                tx.create(partition_state_path(topic, partition),
+                          _stamped(PartitionStateZnode(replicas[0], 0, replicas), 0, epoch.epoch).to_json())
+            tx.create(f"{PARTITION_CHANGE_PATH}/{PARTITION_CHANGE_PREFIX}", change, sequence=True)
+
+        try:
+            self._commit(build, f"adding partitions to topic '{topic}'")
+        except MultiOpFailed as failed:
+            if failed.index == 0 and isinstance(failed.error, (BadVersionError, NoNodeError)):
+                raise InvalidPartitionsError(f"topic '{topic}' changed while partitions were added; retry") from None
+            raise InvalidRequestError(f"partitions of topic '{topic}' were not added: {failed}") from None
+
+    def take_partition_change_notifications(self) -> list[str]:
+        """Topics named by pending partition change notifications (which are then deleted)."""
+        return sorted({str((value or {}).get("topic", ""))
+                       for value in self._take_notifications(PARTITION_CHANGE_PATH, PARTITION_CHANGE_PREFIX)} - {""})
+
+    def watch_partition_changes(self, callback: Callable[[], None]) -> None:
+        self._watch_children("partition_changes", PARTITION_CHANGE_PATH, callback)
 
     def watch_topics(self, callback: Callable[[], None]) -> None:
         """``callback()`` whenever a topic znode is created or deleted."""
