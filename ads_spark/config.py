@@ -9,6 +9,8 @@ falls back to ``log.retention.ms``) exactly as in Kafka.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -38,9 +40,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
         _int("broker.id", None, "unique id of this broker", 0, 2**31 - 1, required=True),
-        ConfigKey("listeners", "str", "PLAINTEXT://127.0.0.1:0", "address the Flight server binds (port 0: choose one)"),
-        ConfigKey("advertised.listeners", "str", "", "address clients are told; defaults to listeners"),
-        ConfigKey("log.dirs", "str", None, "directory holding this broker's partition logs", required=True),
+        ConfigKey("listeners", "str", "PLAINTEXT://127.0.0.1:0", "address the Flight server binds (port 0: choose one; "
+                  "0.0.0.0: every interface, then advertised.listeners must name a reachable host)"),
+        ConfigKey("advertised.listeners", "str", "", "address registered in ZooKeeper and given to clients in "
+                  "metadata; empty: the listeners address (port 0 here: the bound port)"),
+        ConfigKey("log.dirs", "str", None, "comma-separated directories for partition logs; a new partition goes "
+                  "to the one holding fewest", required=True),
         ConfigKey("zookeeper.connect", "str", None, "host:port[,host:port][/chroot]", required=True),
         _int("zookeeper.session.timeout.ms", 18000, "ZooKeeper session timeout", 1000, 600000),
         ConfigKey("broker.rack", "str", "", "rack (failure domain) of this broker"),
@@ -51,10 +56,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _int("replica.fetch.backoff.ms", 1000, "pause after a failed follower fetch", 0, 60000),
         _int("replica.lag.time.max.ms", 30000, "follower not caught up for this long leaves the ISR", 100),
         _int("replica.high.watermark.checkpoint.interval.ms", 5000, "HW checkpoint interval", 10),
-        _int("default.replication.factor", 1, "replication factor of auto-created topics", 1, 32),
-        _int("num.partitions", 1, "partitions of auto-created topics", 1, 100000),
+        _int("default.replication.factor", 1, "replication factor of a topic created without one", 1, 32),
+        _int("num.partitions", 1, "partitions of a topic created without a count", 1, 100000),
         _int("min.insync.replicas", 1, "default minimum ISR size for acks=all", 1, 32),
         ConfigKey("unclean.leader.election.enable", "bool", False, "elect out-of-sync replicas (loses data)"),
+        _int("unclean.recovery.timeout.ms", 300000, "after a crash of every ISR/ELR member, how long unclean "
+             "recovery waits for every replica before the last known ELR alone may lead", 0, 86400000),
         ConfigKey("auto.leader.rebalance.enable", "bool", True, "periodic preferred leader election"),
         _int("leader.imbalance.per.broker.percentage", 10, "imbalance that triggers a rebalance", 0, 100),
         _int("leader.imbalance.check.interval.seconds", 300, "how often the controller checks balance", 1),
@@ -70,6 +77,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _int("log.flush.interval.ms", LONG_MAX, "fsync after this many ms", 1),
         _int("message.max.bytes", 1048588 * 8, "largest record batch accepted (Arrow bytes)", 64),
         _int("metrics.port", -1, "Prometheus metrics port (-1 off, 0 choose one)", -1, 65535),
+        ConfigKey("metrics.host", "str", "127.0.0.1", "address the metrics endpoint binds (loopback by default; "
+                  "0.0.0.0 or a host's address lets Prometheus on another host scrape it)"),
         _int("request.timeout.ms.max", 300000, "upper bound on a produce request's timeout", 1),
         _int("fetch.wait.max.ms.max", 30000, "upper bound on a fetch long-poll", 0),
         _int("fetch.max.bytes", 57671680, "upper bound on the record bytes of one fetch answer, all partitions "
@@ -99,9 +108,62 @@ TOPIC_KEYS: dict[str, ConfigKey] = {
             "message.timestamp.type", "enum", "CreateTime", "record timestamps",
             choices=("CreateTime", "LogAppendTime"),
         ),
-        ConfigKey("observers", "list", "", "broker ids replicating as non-voting observers"),
     ]
 }
+
+# Client keys (Kafka's names). Every key here is read by the client named; the clients parse the
+# values themselves (config.parse_int / parse_bool), and ``check_client_keys`` refuses any other key.
+_CONNECTION_KEYS = [
+    ConfigKey("bootstrap.servers", "str", None, "host:port[,host:port] of brokers to ask for metadata", required=True),
+    _int("request.timeout.ms", 30000, "how long a request may wait for its answer", 0),
+    _int("retry.backoff.ms", 100, "pause before a retriable request is sent again", 0),
+    _int("metadata.max.age.ms", 300000, "cluster metadata older than this is refreshed", 0),
+    _int("default.api.timeout.ms", 60000, "bound on a blocking call (list offsets, describe, ...)", 0),
+]
+PRODUCER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        *_CONNECTION_KEYS,
+        ConfigKey("acks", "enum", "all", "0: fire and forget; 1: the leader has it; all: every ISR member has it",
+                  choices=("0", "1", "all", "-1")),
+        ConfigKey("enable.idempotence", "bool", None, "broker-side dedupe of resends (default: acks=all)"),
+        _int("linger.ms", 5, "how long a batch waits for more records", 0),
+        _int("batch.size", 1 << 20, "bytes of records after which a batch is sent", 1),
+        _int("max.request.size", 4 << 20, "queued batches of a partition sent together up to this size", 0),
+        _int("delivery.timeout.ms", 120000, "a record not acknowledged within this fails", 1),
+        _int("max.in.flight.requests.per.connection", 5, "unanswered batches per partition", 1),
+        _int("retries", 2**31 - 1, "resends of a batch after retriable errors (and within delivery.timeout.ms)", 0),
+        _int("ads.producer.id", None, "a caller-chosen idempotent identity (the Spark sink's)", 0),
+        _int("ads.producer.epoch", 0, "epoch of ads.producer.id", 0),
+    ]
+}
+CONSUMER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        *_CONNECTION_KEYS,
+        ConfigKey("client.rack", "str", "", "read from a replica on this rack (KIP-392)"),
+        _int("fetch.max.bytes", 50 << 20, "record bytes per fetch answer", 1),
+        _int("max.partition.fetch.bytes", 8 << 20, "record bytes per partition per fetch", 1),
+        _int("fetch.max.wait.ms", 500, "long-poll wait of a fetch", 0),
+        _int("max.poll.records", 500, "records returned by one poll", 1),
+        ConfigKey("auto.offset.reset", "enum", "latest", "where to start without a position",
+                  choices=("earliest", "latest", "none")),
+        ConfigKey("local.reads", "bool", True, "read the segment files of brokers on this host directly"),
+    ]
+}
+
+# The admin client reads the connection keys only (``default.api.timeout.ms`` bounds its reads). A config shared
+# with a producer or consumer (a Spark source's or sink's) is cut to these keys before it makes an Admin
+# (``client.admin.admin_config``); the producer or consumer made from the same config refuses the unknown ones.
+ADMIN_KEYS: dict[str, ConfigKey] = {k.name: k for k in _CONNECTION_KEYS}
+
+
+def check_client_keys(keys: Mapping[str, ConfigKey], config: Mapping[str, Any], what: str) -> None:
+    """Refuse a client config key the client does not read (a typo, or a Kafka key ADS has not got)."""
+    unknown = sorted(name for name in config if name not in keys)
+    if unknown:
+        raise InvalidConfigError(f"unknown {what} config '{unknown[0]}' (known: {', '.join(sorted(keys))})")
+
 
 # Topic key -> the broker key that supplies its default.
 TOPIC_DEFAULT_FROM_BROKER = {
@@ -192,6 +254,10 @@ class BrokerConfig:
             raise InvalidConfigError(f"missing required broker config: {', '.join(missing)}")
         self._values = {name: key.default for name, key in BROKER_KEYS.items()}
         self._values.update(parsed)
+        # Checked now, so that a bad address or directory list stops the broker before it opens anything.
+        self.advertised_host_port(bound_port=1)
+        self.log_dir_paths()
+        check_bind_host(self._values["metrics.host"], "metrics.host")
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._values:
@@ -209,6 +275,36 @@ class BrokerConfig:
     def listen_host_port(self) -> tuple[str, int]:
         return parse_listener(self._values["listeners"])
 
+    def advertised_host_port(self, bound_port: int) -> tuple[str, int]:
+        """The address other brokers and clients are given (ZooKeeper registration, metadata).
+
+        As in Kafka: ``advertised.listeners`` when set, else ``listeners``; a wildcard host
+        (0.0.0.0, ::) is where the broker binds, never a place to connect to, so it is refused as
+        an advertised host. Port 0 (either key) means the port the server actually bound.
+        """
+        advertised = self._values["advertised.listeners"].strip()
+        key = "advertised.listeners" if advertised else "listeners"
+        host, port = parse_listener(advertised or self._values["listeners"], name=key)
+        if host in WILDCARD_HOSTS:
+            raise InvalidConfigError(
+                f"'advertised.listeners' must name a host clients can reach: {key}={self._values[key]!r} "
+                f"uses {host}, which is where a broker binds (every interface), not an address to connect to")
+        return host, port or bound_port
+
+    def log_dir_paths(self) -> list[Path]:
+        """``log.dirs`` as paths, in the order given: at least one, no directory twice."""
+        paths = [Path(item.strip()) for item in str(self._values["log.dirs"]).split(",") if item.strip()]
+        if not paths:
+            raise InvalidConfigError("invalid value '' for 'log.dirs': name at least one directory")
+        seen: set[Path] = set()
+        for path in paths:
+            resolved = path.resolve()
+            if resolved in seen:
+                raise InvalidConfigError(f"invalid value {self._values['log.dirs']!r} for 'log.dirs': "
+                                         f"{path} is named twice")
+            seen.add(resolved)
+        return paths
+
     @property
     def zookeeper_hosts_and_chroot(self) -> tuple[str, str]:
         connect = self._values["zookeeper.connect"]
@@ -222,13 +318,39 @@ class BrokerConfig:
         return defaults
 
 
-def parse_listener(listener: str) -> tuple[str, int]:
-    """'PLAINTEXT://127.0.0.1:9092' or '127.0.0.1:9092' -> ('127.0.0.1', 9092)."""
-    first = listener.split(",")[0].strip()
-    _, _, address = first.rpartition("://")
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                        r"[A-Za-z0-9])?)*$")
+
+
+def check_bind_host(host: str, name: str) -> None:
+    """A host an HTTP server can bind: an IPv4/IPv6 address or a host name, no port, scheme or path."""
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if not _HOST_NAME.match(host):
+        raise InvalidConfigError(f"invalid value {host!r} for '{name}': expected an IP address or a host name "
+                                 f"(no port: the port is metrics.port), e.g. 127.0.0.1 or 0.0.0.0")
+
+
+def parse_listener(listener: str, *, name: str = "listeners") -> tuple[str, int]:
+    """'PLAINTEXT://127.0.0.1:9092' or '127.0.0.1:9092' -> ('127.0.0.1', 9092).
+
+    One listener only: ADS has one protocol (Flight, plaintext), so a second entry would be
+    ignored; it is refused naming the key instead. An empty host is 127.0.0.1.
+    """
+    entries = [item.strip() for item in listener.split(",") if item.strip()]
+    if len(entries) != 1:
+        raise InvalidConfigError(f"invalid value {listener!r} for '{name}': expected one listener, "
+                                 f"PLAINTEXT://host:port")
+    protocol, has_protocol, address = entries[0].rpartition("://")
+    if has_protocol and protocol.upper() != "PLAINTEXT":
+        raise InvalidConfigError(f"invalid value {listener!r} for '{name}': only PLAINTEXT is supported")
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise InvalidConfigError(f"invalid value {listener!r} for 'listeners': expected host:port")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise InvalidConfigError(f"invalid value {listener!r} for '{name}': expected host:port")
     return host or "127.0.0.1", int(port)
 
 
@@ -239,8 +361,19 @@ def effective_topic_config(broker_defaults: Mapping[str, Any], overrides: Mappin
     return merged
 
 
+# Names users try as topic configs that are not configs here, with where the setting lives instead.
+# Observers are part of the placement (which brokers hold a copy), like the replica list: Kafka keeps
+# placement out of topic configs, and a config alter could not move data to or from a broker.
+NOT_TOPIC_CONFIGS = {
+    "observers": "observers are placed when the topic is created: ads topics create --observers 4,5",
+}
+
+
 def validate_topic_config(overrides: Mapping[str, Any], replication_factor: int | None) -> dict[str, str]:
     """Check a topic's overrides (create or alter); returns them as strings, as stored in ZooKeeper."""
+    for name in overrides:
+        if name in NOT_TOPIC_CONFIGS:
+            raise InvalidConfigError(f"'{name}' is not a topic config: {NOT_TOPIC_CONFIGS[name]}")
     parsed = validate(TOPIC_KEYS, overrides, "topic")
     min_isr = parsed.get("min.insync.replicas")
     if min_isr is not None and replication_factor is not None and min_isr > replication_factor:

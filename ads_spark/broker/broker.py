@@ -18,7 +18,7 @@ from ads_spark.broker.rpc.control_handlers import ControlHandlers
 from ads_spark.broker.rpc.data_handlers import DataHandlers
 from ads_spark.broker.replica.fetcher import ReplicaFetcherManager
 from ads_spark.broker.replica.isr_writer import IsrWriter
-from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogManager
+from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogDirs
 from ads_spark.broker.metadata_cache import MetadataCache
 from ads_spark.broker.metrics import BrokerMetrics
 from ads_spark.broker.replica.partition import Partition
@@ -53,7 +53,7 @@ class Broker:
     ``ReplicaManager`` (the hosted ``Partition``s, the wake-ups of long-polling fetches, the
     session fence's flag); the ``ReplicaFetcherManager`` (follower fetcher threads, one per
     leader and fetcher index); the ``IsrWriter`` (one thread carrying ISR proposals to
-    ZooKeeper, bounded queue); the ``LogManager`` (``log.dirs``, recovered before anything
+    ZooKeeper, bounded queue); the ``LogDirs`` (``log.dirs``, recovered before anything
     is served); the data, control, admin and verify request handlers; ``BrokerMetrics``
     (prometheus_client's HTTP thread, unless ``metrics.port`` is -1); the
     ``BrokerFlightServer`` (listening from its constructor, a gRPC thread per call, the
@@ -81,13 +81,15 @@ class Broker:
     def __init__(self, config: BrokerConfig, zk_factory: Callable[["Broker"], Any] | None = None):
         self.config = config
         self.broker_id = config.broker_id
-        self.host, requested_port = config.listen_host_port
+        # ``bind_host`` is where the server listens (``listeners``, may be 0.0.0.0); ``host``/``port`` are the
+        # advertised address (``advertised.listeners``): what ZooKeeper, metadata and the controller use.
+        self.bind_host, requested_port = config.listen_host_port
         self.metadata = MetadataCache()
         self.replica_manager = ReplicaManager(self.broker_id)
         self.fetchers = ReplicaFetcherManager(self.broker_id, config, self.replica_manager, self.broker_epoch)
         self.fetchers.on_fatal = self._on_fatal
         self.isr_writer = IsrWriter(self._write_isr)
-        self.logs = LogManager.open(Path(config["log.dirs"]), log_config_for(self._effective({})), now_ms())
+        self.logs = LogDirs.open(config.log_dir_paths(), log_config_for(self._effective({})), now_ms())
         self.data = DataHandlers(self)
         self.control = ControlHandlers(self)
         self.admin = AdminHandlers(self)
@@ -97,8 +99,8 @@ class Broker:
         self._broker_epoch = -1
         # Set when the broker must stop (e.g. its log directory failed); the main loop exits on it.
         self.fatal_error: str | None = None
-        self.server = BrokerFlightServer(self, self.host, requested_port)
-        self.port = self.server.port
+        self.server = BrokerFlightServer(self, self.bind_host, requested_port)
+        self.host, self.port = config.advertised_host_port(bound_port=self.server.port)
         self.zk = zk_factory(self) if zk_factory else None
         self._stopping = threading.Event()
         self._periodic = threading.Thread(target=self._run_periodic, name="broker-periodic", daemon=True)
@@ -114,7 +116,8 @@ class Broker:
         self.metrics.serve(self.config["metrics.port"])
         if self.zk is not None:
             self._broker_epoch = self.zk.start()
-        log.info("broker %s serving on %s:%s (epoch %s)", self.broker_id, self.host, self.port, self._broker_epoch)
+        log.info("broker %s serving on %s:%s, advertised as %s:%s (epoch %s)", self.broker_id, self.bind_host,
+                 self.server.port, self.host, self.port, self._broker_epoch)
 
     def broker_epoch(self) -> int:
         return self._broker_epoch
@@ -165,6 +168,7 @@ class Broker:
         return {
             wire.ACTION_LIST_OFFSETS: self.data.handle_list_offsets,
             wire.ACTION_LOCATE: self.data.handle_locate,
+            wire.ACTION_OFFSET_FOR_LEADER_EPOCH: self.data.handle_offset_for_leader_epoch,
             wire.ACTION_LEADER_AND_ISR: self.control.handle_leader_and_isr,
             wire.ACTION_UPDATE_METADATA: self.control.handle_update_metadata,
             wire.ACTION_STOP_REPLICA: self.control.handle_stop_replica,

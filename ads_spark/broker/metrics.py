@@ -4,7 +4,12 @@ Gauges are computed when scraped, from the broker's own state, so nothing on a
 hot path updates them; counters (ISR shrinks and expands, failed ISR updates,
 elections) are read from the plain integers the ISR writer and the controller
 keep. The endpoint listens on
-127.0.0.1 at ``metrics.port`` (0 picks a free port; -1 turns it off).
+``metrics.host`` (127.0.0.1 unless set: Prometheus on another host needs 0.0.0.0 or
+the host's address) at ``metrics.port`` (0 picks a free port; -1 turns it off).
+
+The leader election time is a histogram (Kafka's LeaderElectionRateAndTimeMs): the
+controller shell observes each election into a ``DurationHistogram`` (plain counts
+under a lock, no prometheus object on the controller's path), read when scraped.
 """
 
 from __future__ import annotations
@@ -12,7 +17,42 @@ from __future__ import annotations
 import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+# Upper bounds of the election time buckets, seconds (a ZooKeeper write and a push to the brokers:
+# milliseconds on a healthy cluster, seconds when a broker is slow to answer).
+ELECTION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class DurationHistogram:
+    """Counts of observed durations per bucket, their sum and count; safe to observe from one thread
+    and read from another (the scrape)."""
+
+    def __init__(self, bounds_s: tuple[float, ...] = ELECTION_BUCKETS_S):
+        self.bounds_s = bounds_s
+        self._counts = [0] * (len(bounds_s) + 1)  # the last: above every bound (+Inf only)
+        self._sum_s = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        index = next((i for i, bound in enumerate(self.bounds_s) if seconds <= bound), len(self.bounds_s))
+        with self._lock:
+            self._counts[index] += 1
+            self._sum_s += seconds
+
+    @property
+    def sum_s(self) -> float:
+        return self._sum_s
+
+    def snapshot(self) -> tuple[list[tuple[str, int]], float]:
+        """Cumulative (upper bound, count) pairs ending with +Inf, and the sum: prometheus' histogram form."""
+        with self._lock:
+            counts, total_s = list(self._counts), self._sum_s
+        buckets, running = [], 0
+        for bound, count in zip([*map(repr, self.bounds_s), "+Inf"], counts):
+            running += count
+            buckets.append((bound, running))
+        return buckets, total_s
 
 
 
@@ -25,10 +65,14 @@ class BrokerMetrics:
         self._server = None
         self._lock = threading.Lock()
 
-    def serve(self, port: int) -> int:
+    def serve(self, port: int, host: str | None = None) -> int:
+        """Listen on ``host`` (default: the broker's ``metrics.host``) at ``port``; the bound port."""
         if port < 0:
             return -1
-        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        if host is None:
+            config = getattr(self.broker, "config", None)
+            host = config["metrics.host"] if config is not None else "127.0.0.1"
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
         self._server = server
         self.port = server.server_address[1]
         return self.port
@@ -47,14 +91,20 @@ class _StateCollector:
         under_replicated = under_min_isr = 0
         leo = GaugeMetricFamily("ads_log_end_offset", "log end offset", labels=["topic", "partition"])
         size = GaugeMetricFamily("ads_log_size_bytes", "log size in bytes", labels=["topic", "partition"])
+        # Kafka's per-partition UnderReplicated: 1 on the leader of a partition whose ISR is short, else 0.
+        partition_under = GaugeMetricFamily("ads_partition_under_replicated", "1 if this broker leads the "
+                                            "partition and its ISR is smaller than its replica set",
+                                            labels=["topic", "partition"])
         for partition in self.broker.replica_manager.partitions():
             labels = [partition.topic, str(partition.partition)]
             leo.add_metric(labels, partition.log.log_end_offset)
             size.add_metric(labels, partition.log.size_bytes)
             state = partition.state
+            short = partition.is_leader and len(state.isr) < len(state.replicas)
+            partition_under.add_metric(labels, 1 if short else 0)
             if partition.is_leader:
                 isr = len(state.isr)
-                if isr < len(state.replicas):
+                if short:
                     under_replicated += 1
                 if isr < state.config.min_insync_replicas:
                     under_min_isr += 1
@@ -80,9 +130,11 @@ class _StateCollector:
                  getattr(controller, "elections", 0)),
                 ("ads_unclean_leader_elections", "unclean elections written by this broker's controller",
                  getattr(controller, "unclean_elections", 0)),
-                ("ads_leader_election_seconds", "time this broker's controller spent writing and pushing decisions",
-                 getattr(controller, "election_seconds", 0.0))):
+                ("ads_unclean_recovery_elections", "leaders elected by unclean recovery after a whole-cluster "
+                 "crash (KIP-966) by this broker's controller", getattr(controller, "recovery_elections", 0))):
             yield CounterMetricFamily(name, help_text, value=value)
+        yield from _election_time(controller)
+        yield from _failed_requests(getattr(self.broker, "data", None))
         requests = CounterMetricFamily("ads_requests", "data-plane requests handled, by kind", labels=["request"])
         handlers = getattr(self.broker, "data", None)
         for kind, count in (getattr(handlers, "request_counts", None) or {}).items():
@@ -91,6 +143,24 @@ class _StateCollector:
         yield from _stream_metrics(getattr(getattr(self.broker, "server", None), "streams", None))
         yield leo
         yield size
+        yield partition_under
+
+
+def _failed_requests(handlers):
+    failed = getattr(handlers, "failed_counts", None) or {}
+    yield CounterMetricFamily("ads_failed_produce_requests", "partition produces refused or failed "
+                              "(Kafka's FailedProduceRequestsPerSec)", value=failed.get("produce", 0))
+    yield CounterMetricFamily("ads_failed_fetch_requests", "partition fetches answered with an error "
+                              "(Kafka's FailedFetchRequestsPerSec)", value=failed.get("fetch", 0))
+
+
+def _election_time(controller):
+    """Kafka's LeaderElectionRateAndTimeMs as a histogram: each partition-state write of this broker's
+    controller, from the write to the step answering it (its pushes to the brokers included)."""
+    histogram = getattr(controller, "election_time", None)
+    buckets, total_s = histogram.snapshot() if histogram is not None else ([("+Inf", 0)], 0.0)
+    yield HistogramMetricFamily("ads_leader_election_seconds", "time this broker's controller took per "
+                                "election (writing a decision and pushing it)", buckets=buckets, sum_value=total_s)
 
 
 def _stream_metrics(streams):

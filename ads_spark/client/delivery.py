@@ -38,8 +38,8 @@ class BatchOutcome:
     every callback runs exactly once, after the outcome is visible.
     """
 
-    __slots__ = ("topic", "partition", "timestamps_ms", "base_offset", "error", "_finished", "_done", "_lock",
-                 "_callbacks")
+    __slots__ = ("topic", "partition", "timestamps_ms", "base_offset", "error", "log_append_time_ms", "_finished",
+                 "_done", "_lock", "_callbacks")
 
     def __init__(self, topic: str, partition: int, timestamps_ms: list[int]):
         self.topic = topic
@@ -47,6 +47,7 @@ class BatchOutcome:
         self.timestamps_ms = timestamps_ms  # one per record, in batch order
         self.base_offset: int | None = None
         self.error: Exception | None = None
+        self.log_append_time_ms = -1  # >= 0: the broker stamped every record with it (LogAppendTime)
         self._finished = False
         self._done: threading.Event | None = None  # made by the first waiter only
         self._lock = threading.Lock()
@@ -75,11 +76,12 @@ class BatchOutcome:
                 return
         _run_callback(callback)
 
-    def complete(self, base_offset: int | None, error: Exception | None) -> None:
+    def complete(self, base_offset: int | None, error: Exception | None, log_append_time_ms: int = -1) -> None:
         with self._lock:
             if self._finished:
                 return
             self.base_offset, self.error = base_offset, error
+            self.log_append_time_ms = log_append_time_ms
             self._finished = True
             callbacks, self._callbacks = self._callbacks, []
             done = self._done
@@ -138,5 +140,9 @@ class DeliveryFuture:
 
     def _metadata(self) -> RecordMetadata:
         outcome = self._outcome
-        return RecordMetadata(outcome.topic, outcome.partition, outcome.base_offset + self._index,
-                              outcome.timestamps_ms[self._index])
+        # acks=0: the offset is unknown (base -1), -1 for every record as in Kafka.
+        offset = outcome.base_offset + self._index if outcome.base_offset >= 0 else -1
+        timestamp_ms = outcome.log_append_time_ms  # the broker's, when the topic stamps append time
+        if timestamp_ms < 0:
+            timestamp_ms = outcome.timestamps_ms[self._index]
+        return RecordMetadata(outcome.topic, outcome.partition, offset, timestamp_ms)

@@ -7,7 +7,7 @@ open batch (one partition's writes are stored in call order, whichever call made
 them). A sender thread writes batches onto one long-lived Flight ``do_exchange``
 stream per broker (``producer_channel.py``) (pipelined, at most ``max.in.flight.requests.per.connection``
 batches per partition) and completes each batch's futures when its response
-arrives. Batches queued behind a full window leave together, up to
+arrives (acks=0: once written to the stream, with offset -1; no answer is awaited). Batches queued behind a full window leave together, up to
 ``max.request.size`` bytes per request (``producer_batch.py``: the brokers' cost
 is mostly per request). Retriable errors refresh metadata and resend the same
 batch, bounded by ``delivery.timeout.ms``; a batch retried is put back at its
@@ -31,19 +31,20 @@ import itertools
 import logging
 import threading
 import time
-import zlib
 from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
 
 import pyarrow as pa
 
-from ads_spark.config import parse_bool, parse_int
+from ads_spark.config import PRODUCER_KEYS, check_client_keys
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections
 from ads_spark.client.delivery import DeliveryFuture, RecordMetadata
 from ads_spark.client.producer_batch import OpenBatch, ProducerBatch, put_back, take_coalesced
 from ads_spark.client.producer_channel import BrokerChannel
+from ads_spark.client.producer_config import parse_producer_settings
+from ads_spark.client.producer_partitioner import PartitionChooser
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
 )
@@ -53,9 +54,6 @@ log = logging.getLogger("ads.client.producer")
 
 TIMESTAMP_MS_MIN, TIMESTAMP_MS_MAX = -(2 ** 63), 2 ** 63 - 1  # Arrow's timestamp[ms] is an int64
 BUFFERED_RECORDS_MAX = 1_000_000  # produce() blocks past this many undelivered records
-# ``max.request.size``: below the brokers' default message.max.bytes (8 MiB); a topic that accepts less
-# gets the parts one by one (``_split_refused_locked``).
-DEFAULT_REQUEST_BYTES_MAX = 4 << 20
 # A broker answers a produce within the request's timeout (acks=all: REQUEST_TIMED_OUT); past this
 # margin on top, the stream is taken for dead (producer_channel.fail_overdue).
 ANSWER_MARGIN_MS = 5_000
@@ -75,9 +73,8 @@ class Producer:
     Owns, under one mutex (``_lock`` is a Condition over it): per partition the open batch
     being filled (``_open``), the sealed batches queued to send in call order (``_ready``),
     the count in flight (``_in_flight``, at most ``max.in.flight.requests.per.connection``);
-    the count of undelivered records (``produce`` waits past ``BUFFERED_RECORDS_MAX``); the
-    sticky partition of each topic for null-key records (moved on after ``batch.size``
-    bytes); and, when idempotent, the producer id and epoch (from ``init_producer_id``, or
+    the count of undelivered records (``produce`` waits past ``BUFFERED_RECORDS_MAX``);
+    and, when idempotent, the producer id and epoch (from ``init_producer_id``, or
     caller-chosen with ``ads.producer.id``), the next sequence of each partition and the
     partitions whose sequences must be reset after a batch failed for good (KIP-360).
 
@@ -90,55 +87,31 @@ class Producer:
     reader thread (``_on_response``: retry in call-order place, split a refused coalesced
     request, or complete).
 
-    Delegates: metadata, leaders and connections to ``protocol/connection.Connections``
-    (shared when passed in); batch building and coalescing to ``producer_batch.py``;
+    Delegates: reading its config keys to ``producer_config.py``; the partition of each record
+    (key hash, sticky partition of null keys) to ``producer_partitioner.py``, whose count of the
+    sticky partition's bytes it updates under its mutex; metadata, leaders and connections to
+    ``protocol/connection.Connections`` (shared when passed in); batch building and coalescing to ``producer_batch.py``;
     per-record futures to ``delivery.py`` (records of a batch share one outcome); dedupe
     and ordering to the leaders, which answer a resent batch with its first offsets.
     """
 
     def __init__(self, config: dict[str, Any], connections: Connections | None = None):
+        check_client_keys(PRODUCER_KEYS, config, "producer")  # a key it would not read: refused by name
         self.config = dict(config)
         self._connections = connections or Connections(config)
         self._owns_connections = connections is None
-        self.acks = wire.parse_acks(self.config.get("acks", "all"))
-
-        def setting(name: str, default: int) -> int:  # a bad value: InvalidConfigError naming the key
-            return parse_int(self.config.get(name, default), name=name)
-
-        self.linger_ms = setting("linger.ms", 5)
-        self.batch_size_bytes = setting("batch.size", 1 << 20)
+        # Keys read and combined in producer_config.py; copied to attributes, which the hot path reads.
+        settings = parse_producer_settings(self.config)
+        self.acks, self.idempotent, self.retries = settings.acks, settings.idempotent, settings.retries
+        self.linger_ms, self.batch_size_bytes = settings.linger_ms, settings.batch_size_bytes
         # Queued batches of a partition leave together up to this size (client/producer_batch.py).
-        self.request_bytes_max = setting("max.request.size", DEFAULT_REQUEST_BYTES_MAX)
-        self.delivery_timeout_ms = setting("delivery.timeout.ms", 120_000)
-        self.request_timeout_ms = setting("request.timeout.ms", 30_000)
-        self.max_in_flight = setting("max.in.flight.requests.per.connection", 5)
-        self.retry_backoff_ms = setting("retry.backoff.ms", 100)
-        # Kafka's default: idempotent unless the user asked for acks other than all (which it requires).
-        idempotence = self.config.get("enable.idempotence")
-        if idempotence is None:
-            self.idempotent = self.acks == -1
-        else:
-            self.idempotent = parse_bool(idempotence, name="enable.idempotence")
-            if self.idempotent and self.acks != -1:
-                raise InvalidRequestError("enable.idempotence=true requires acks=all")
-        self._producer_id = -1  # asked of a broker (from a ZooKeeper-allocated block) before the first send
-        self._producer_epoch = -1
-        if self.config.get("ads.producer.id") is not None:
-            # A caller-chosen identity (the Spark sink derives one per query, micro-batch and task), so that
-            # a re-executed write numbers its batches exactly as the first attempt did and the brokers
-            # drop what they already have. Idempotence is implied.
-            if self.acks != -1:
-                raise InvalidRequestError("ads.producer.id requires acks=all")
-            self.idempotent = True
-            self._producer_id = int(self.config["ads.producer.id"])
-            self._producer_epoch = int(self.config.get("ads.producer.epoch", 0))
-            if self._producer_id < 0 or self._producer_epoch < 0:
-                raise InvalidRequestError("ads.producer.id and ads.producer.epoch must be >= 0")
-            # The brokers recognise a replayed batch by its exact sequence range, so a replay must cut the
-            # same batches as the first attempt: no coalescing, whose cuts depend on timing.
-            self.request_bytes_max = 0
+        self.request_bytes_max = settings.request_bytes_max
+        self.delivery_timeout_ms, self.request_timeout_ms = settings.delivery_timeout_ms, settings.request_timeout_ms
+        self.max_in_flight, self.retry_backoff_ms = settings.max_in_flight, settings.retry_backoff_ms
+        # -1: asked of a broker (from a ZooKeeper-allocated block) before the first send
+        self._producer_id, self._producer_epoch = settings.producer_id, settings.producer_epoch
         self._next_sequence: dict[tuple[str, int], int] = {}
-        self._resets_sequences = self.idempotent and self.config.get("ads.producer.id") is None
+        self._resets_sequences = self.idempotent and not settings.caller_chosen_id
         self._partition_epoch: dict[tuple[str, int], int] = {}  # after a reset; else the producer's epoch
         self._sequence_unresolved: set[tuple[str, int]] = set()  # a batch failed: reset once none in flight
         # produce() takes the bare mutex (a Condition's Python-level __enter__/__exit__ were ~10% of the
@@ -151,9 +124,8 @@ class Producer:
         self._undelivered = 0
         self._channels: dict[int, BrokerChannel] = {}
         self.streams_opened = 0  # produce streams opened over the producer's life: more than its brokers after faults
-        self._sticky: dict[str, int] = {}
-        self._sticky_bytes: dict[str, int] = {}  # produced to the topic's sticky partition since it was chosen
-        self._round_robin = itertools.count()
+        self._partitioner = PartitionChooser(self._connections, self.batch_size_bytes)
+        self._sticky = self._partitioner.sticky  # the same dict: produce() reads it without a call (hot path)
         self._queue_order = itertools.count()  # ProducerBatch.queue_order
         # When the sleeping sender will wake (None while it runs: it looks at every open batch before it
         # sleeps). A batch opened due earlier wakes it; one due later does not, so a burst of records
@@ -185,7 +157,7 @@ class Producer:
         sticky = partition is None and key_bytes is None
         number = self._sticky.get(topic) if sticky else None
         if number is None:
-            number = self._choose_partition(topic, key_bytes, partition)
+            number = self._partitioner.choose(topic, key_bytes, partition)
         size = (len(value_bytes) if value_bytes else 0) + (len(key_bytes) if key_bytes else 0) + 16
         if header_list:  # the batch's size is this estimate until it is built (``OpenBatch``)
             size += sum(len(header["key"]) + len(header["value"] or b"") + 8 for header in header_list)
@@ -207,7 +179,7 @@ class Producer:
             batch.size_bytes += size
             self._undelivered += 1
             if sticky:
-                self._count_sticky_locked(topic, number, size)
+                self._partitioner.count_sticky(topic, number, size)
             if batch.size_bytes >= self.batch_size_bytes:
                 self._seal_locked((topic, number))
                 self._lock.notify_all()
@@ -223,7 +195,7 @@ class Producer:
         if batch is None or batch.num_rows == 0:
             raise InvalidRequestError("produce_arrow needs a non-empty batch")
         conformed = conform_produce_batch(batch)
-        number = self._choose_partition(topic, None, partition)
+        number = self._partitioner.choose(topic, None, partition)
         future: Future = Future()
         item = ProducerBatch(topic, number, batch=conformed, arrow_future=future, record_count=conformed.num_rows,
                              created_ms=now_ms(), deadline_ms=now_ms() + self.delivery_timeout_ms,
@@ -231,7 +203,7 @@ class Producer:
         with self._lock:
             self._undelivered += conformed.num_rows
             if partition is None:
-                self._count_sticky_locked(topic, number, conformed.nbytes)
+                self._partitioner.count_sticky(topic, number, conformed.nbytes)
             # Records produce() left in the partition's open batch were called first: they go first.
             self._seal_locked((topic, number))
             self._enqueue_locked(item)
@@ -271,45 +243,11 @@ class Producer:
     def __exit__(self, *exc):
         self.close()
 
-    # ---- partitioning --------------------------------------------------------------
+    # ---- helpers -------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidRequestError("producer is closed")
-
-    def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        if partition is None and key is None:
-            current = self._sticky.get(topic)
-            if current is not None:  # checked against the partition count when it was chosen
-                return current
-        partitions = self._connections.partitions_for(topic)
-        count = len(partitions)
-        if partition is not None:
-            if partition not in partitions:
-                raise error_for(3, f"topic '{topic}' has no partition {partition} (it has {count})")
-            return partition
-        if key is not None:
-            return zlib.crc32(key) % count
-        # Sticky: null-key records go to one partition until batch.size bytes went there (Kafka KIP-794).
-        current = self._sticky.get(topic)
-        if current is None or current >= count:
-            current = self._sticky[topic] = next(self._round_robin) % count
-            self._sticky_bytes[topic] = 0
-        return current
-
-    def _count_sticky_locked(self, topic: str, number: int, size_bytes: int) -> None:
-        """Moves the topic's sticky partition on once ``batch.size`` bytes went to it. Not on every sealed
-        batch (KIP-480 did that): batches sealed on linger would spread a moderate rate over every
-        partition, and each partition then costs the brokers a replicated append per round trip (RF=3,
-        5k records/s over 3 partitions: ~300 requests/s, enough to saturate this machine's 2 cores)."""
-        if self._sticky.get(topic) != number:
-            return
-        produced = self._sticky_bytes.get(topic, 0) + size_bytes
-        if produced >= self.batch_size_bytes:
-            self._sticky.pop(topic, None)
-            self._sticky_bytes.pop(topic, None)
-        else:
-            self._sticky_bytes[topic] = produced
 
     # ---- batching ------------------------------------------------------------------
 
@@ -452,7 +390,8 @@ class Producer:
         if channel is None or channel.broken:
             address = self._connections.broker(broker_id)
             client = self._connections.client_for(address.host, address.port)
-            channel = BrokerChannel(client, broker_id, self.request_timeout_ms + ANSWER_MARGIN_MS)
+            channel = BrokerChannel(client, broker_id, self.request_timeout_ms + ANSWER_MARGIN_MS,
+                                    on_unsolicited_error=lambda error: self._connections.mark_stale())
             self._channels[broker_id] = channel
             self.streams_opened += 1
         return channel
@@ -465,7 +404,8 @@ class Producer:
                 item.maybe_written = True
             if item.parts is not None and getattr(error, "code", None) == ErrorCode.RECORD_TOO_LARGE:
                 self._split_refused_locked(item)
-            elif error is not None and self._may_retry(error) and not self._closed and now_ms() < item.deadline_ms:
+            elif (error is not None and self._may_retry(error) and not self._closed and now_ms() < item.deadline_ms
+                  and item.attempts <= self.retries):
                 item.last_error = error
                 self._connections.mark_stale()
                 item.retry_not_before_ms = now_ms() + min(1000, self.retry_backoff_ms * item.attempts)

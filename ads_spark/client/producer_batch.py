@@ -142,6 +142,7 @@ class ProducerBatch:
     base_sequence: int = -1  # idempotence: fixed when the batch is queued, the same on every retry
     last_error: AdsError | None = None  # the last retriable error, reported if the deadline passes
     maybe_written: bool = False  # an attempt ended without a definite refusal: it may be in the log
+    log_append_time_ms: int = -1  # the broker's append time when the topic stamps it (LogAppendTime)
     size_bytes: int = 0
     solo: bool = False  # sent on its own: it was part of a coalesced request the topic refused as too large
     # A coalesced request: the queued batches it carries, in offset order (sequences contiguous).
@@ -168,8 +169,9 @@ class ProducerBatch:
         if self.parts is not None:
             next_offset = base_offset
             for part in self.parts:
+                part.log_append_time_ms = self.log_append_time_ms
                 part.complete(next_offset, error)
-                if next_offset is not None:
+                if next_offset is not None and next_offset >= 0:  # -1 (acks=0: unknown) stays -1
                     next_offset += part.record_count
             return
         if self.arrow_future is not None:
@@ -178,7 +180,7 @@ class ProducerBatch:
             else:
                 self.arrow_future.set_exception(error)
         if self.outcome is not None:
-            self.outcome.complete(base_offset, error)  # O(1) unless callbacks were registered
+            self.outcome.complete(base_offset, error, self.log_append_time_ms)  # O(1) unless callbacks
 
 
 def take_coalesced(head: ProducerBatch, queue: deque[ProducerBatch], now_ms: int,

@@ -20,6 +20,11 @@ jepsen-2013 runs showed every partition stopping while one leader was cut off):
   threads at once, wherever they were blocked) and the producer opens a new
   stream.
 
+acks=0 is fire-and-forget, as in Kafka: the broker sends no answer to an acks=0 batch that it
+appends (an answer only when it refuses one, so that the producer refreshes its metadata, where
+Kafka closes the connection), and the channel completes the batch with offset -1 as soon as it
+is written to the stream, without waiting for the broker. Records may then be lost unseen.
+
 The stream is an exchange rather than a ``do_put`` because only an exchange's
 client side can be cancelled in pyarrow: an abandoned ``do_put`` held its two
 threads until the stream's deadline, one pair per reconnect.
@@ -64,15 +69,19 @@ def live_stream_threads(wait_s: float = STREAMS_ENDED_WAIT_S) -> int:
 
 
 class BrokerChannel:
-    def __init__(self, client: flight.FlightClient, broker_id: int, answer_deadline_ms: int):
+    def __init__(self, client: flight.FlightClient, broker_id: int, answer_deadline_ms: int,
+                 on_unsolicited_error: Callable[[AdsError], None] | None = None):
         self.broker_id = broker_id
+        # An error answer to an acks=0 batch already completed: the producer refreshes its metadata.
+        self._on_unsolicited_error = on_unsolicited_error
         self.broken = False
         self._broken_by: AdsError | None = None  # why, once broken: the broker's refusal travels to the caller
         self.answer_deadline_s = answer_deadline_ms / 1000
         self._ids = itertools.count(1)
         # correlation id -> (item, callback, sent at); bounded by the producer's in-flight caps
         self._waiting: dict[int, tuple[Any, Callback, float]] = {}
-        self._outbox: deque[tuple[pa.RecordBatch, pa.Buffer]] = deque()  # bounded like _waiting
+        # (batch, metadata, correlation id of an acks=0 batch, completed once written, else None)
+        self._outbox: deque[tuple[pa.RecordBatch, pa.Buffer, int | None]] = deque()  # bounded like _waiting
         self._lock = threading.Condition()
         self._client = client
         self._writer = self._reader = None  # opened by the writer thread: connecting may take long
@@ -93,7 +102,8 @@ class BrokerChannel:
                 reason = self._broken_by.message if self._broken_by is not None else "closed by the producer"
                 raise NetworkExceptionError(f"produce stream to broker {self.broker_id} is closed ({reason})")
             self._waiting[correlation_id] = (item, callback, time.monotonic())
-            self._outbox.append((item.batch, pa.py_buffer(wire.dumps(meta))))
+            fire_and_forget = correlation_id if meta.get("acks") == 0 else None
+            self._outbox.append((item.batch, pa.py_buffer(wire.dumps(meta)), fire_and_forget))
             self._lock.notify_all()
 
     def fail_overdue(self, now_s: float | None = None) -> bool:
@@ -149,13 +159,18 @@ class BrokerChannel:
                     self._lock.wait()
                 if self.broken:
                     return
-                batch, meta = self._outbox.popleft()
+                batch, meta, fire_and_forget = self._outbox.popleft()
             try:
                 self._writer.write_with_metadata(batch, meta)
             except Exception as exc:
                 log.debug("produce stream to broker %s: write failed: %s", self.broker_id, exc)
                 self._fail_all(wire.to_ads_error(exc))
                 return
+            if fire_and_forget is not None:  # acks=0: sent is done; the offset is unknown (-1)
+                with self._lock:
+                    waiting = self._waiting.pop(fire_and_forget, None)
+                if waiting is not None:
+                    waiting[1](waiting[0], -1, None)
 
     def _read_responses(self) -> None:
         try:
@@ -169,13 +184,18 @@ class BrokerChannel:
                 response = wire.loads(buf, "produce response")
                 with self._lock:
                     waiting = self._waiting.pop(response.get("correlation_id"), None)
+                code = int(response.get("error_code", 0))
                 if waiting is None:
+                    if code and self._on_unsolicited_error is not None:  # an acks=0 batch was refused
+                        self._on_unsolicited_error(error_for(code, response.get("message", "")))
                     continue
                 item, callback, _ = waiting
-                code = int(response.get("error_code", 0))
                 if code:
                     callback(item, None, error_for(code, response.get("message", "")))
                 else:
+                    # A topic with message.timestamp.type=LogAppendTime: the broker's time replaced the
+                    # records' timestamps, and their metadata reports it (as Kafka's RecordMetadata does).
+                    item.log_append_time_ms = int(response.get("log_append_time_ms", -1) or -1)
                     callback(item, int(response["base_offset"]), None)
         except Exception as exc:
             log.debug("produce stream to broker %s failed: %s", self.broker_id, exc)

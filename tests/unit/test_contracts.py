@@ -49,6 +49,13 @@ def test_config_values_are_typed_and_bounded():
         "retention.ms": "1000", "unclean.leader.election.enable": "true"}
 
 
+def test_observers_is_refused_as_a_topic_config():
+    """Observers are placement (ads topics create --observers), not a setting a config alter could change."""
+    with pytest.raises(errors.InvalidConfigError, match="'observers' is not a topic config.*--observers"):
+        config.validate_topic_config({"observers": "4"}, 3)
+    assert "observers" not in config.TOPIC_KEYS
+
+
 def test_topic_config_falls_back_to_broker_defaults():
     cfg = config.BrokerConfig({"broker.id": "1", "log.dirs": "d", "zookeeper.connect": "z",
                                "min.insync.replicas": "2", "log.retention.ms": "5000"})

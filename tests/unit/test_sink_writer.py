@@ -1,6 +1,5 @@
 """The sink's task loop with a fake producer: grouping, chunking, acknowledgement, failure."""
 
-import zlib
 from concurrent.futures import Future
 from types import SimpleNamespace
 
@@ -8,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from ads_spark.errors import NotEnoughReplicasError, UnknownTopicOrPartitionError
+from ads_spark.protocol.partitioner import key_partition
 from ads_spark.spark.sink import writer
 from ads_spark.spark.sink.options import parse_sink_options
 
@@ -63,7 +63,7 @@ def test_rows_grouped_by_topic_and_partition_in_order(fakes):
                                                         topic=["a", "a", "a", "b"])]))
     assert message.records_written == 4
     by_target = {(t, p): b.column("value").to_pylist() for t, p, b in fakes.sent}
-    px, py = zlib.crc32(b"x") % 3, zlib.crc32(b"y") % 3
+    px, py = key_partition(b"x", 3), key_partition(b"y", 3)
     assert by_target[("b", 0)] == [b"4"]
     assert sum(len(v) for (t, _), v in by_target.items() if t == "a") == 3
     assert b"1" in by_target[("a", px)] and b"2" in by_target[("a", py)]

@@ -7,13 +7,15 @@ The on-disk contract is in docs/DESIGN.md (section Storage). Modules:
 * ``index``          the ``.index`` / ``.timeindex`` sidecars
 * ``partition_log``  PartitionLog: append, read, truncate, roll, retain, flush, recover
 * ``checkpoints``    LeaderEpochFile and OffsetCheckpointFile (Kafka's text formats)
-* ``manager``        LogManager: the ``log.dirs`` directory and its per-broker files
+* ``manager``        LogManager: one ``log.dirs`` directory and its per-broker files
+* ``log_dirs``       LogDirs: every ``log.dirs`` directory; where a new partition goes
 """
 
 from ads_spark.broker.log.checkpoints import LeaderEpochFile, OffsetCheckpointFile
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.manager import LogManager, ensure_meta_properties
+from ads_spark.broker.log.log_dirs import LogDirs
 from ads_spark.broker.log.partition_log import PartitionLog
 
-__all__ = ["LeaderEpochFile", "LogConfig", "LogManager", "OffsetCheckpointFile", "PartitionLog",
+__all__ = ["LeaderEpochFile", "LogConfig", "LogDirs", "LogManager", "OffsetCheckpointFile", "PartitionLog",
            "ensure_meta_properties"]

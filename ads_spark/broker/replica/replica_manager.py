@@ -103,15 +103,20 @@ class ReplicaManager:
 
     def produce(self, topic: str, partition_id: int, batch: pa.RecordBatch, *, acks: int, timeout_ms: int,
                 max_message_bytes: int, producer: tuple[int, int, int],
-                complete: Callable[[int, AdsError | None], None]) -> None:
-        """Append and call ``complete(base_offset, error)`` once the acks level is met (maybe from another thread)."""
+                complete: Callable[[int, AdsError | None], None], timestamp_type: int = 0,
+                append_time_ms: int | None = None) -> None:
+        """Append and call ``complete(base_offset, error)`` once the acks level is met (maybe from another thread).
+
+        ``timestamp_type`` 1 (the topic's ``message.timestamp.type=LogAppendTime``): the log stamps the batch
+        with ``append_time_ms`` (now if None), the broker's append time, as Kafka does."""
         partition = self.get(topic, partition_id)
         cut_off = self.cut_off_reason
         if cut_off is not None:
             raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not accept writes to {topic}-{partition_id} "
                                            f"now: {cut_off}")
         partition.produce(batch, acks=acks, timeout_ms=timeout_ms, max_message_bytes=max_message_bytes,
-                          now_ms=now_ms(), producer=producer, complete=complete)
+                          now_ms=now_ms() if append_time_ms is None else append_time_ms, producer=producer,
+                          complete=complete, timestamp_type=timestamp_type)
 
     def fence_leadership(self, reason: str, session_expired: bool) -> None:
         """Refuse every produce for ``reason``; with ``session_expired`` each partition also waits for the

@@ -18,7 +18,11 @@ from ads_spark.local_reads import describe_segments, host_identity
 from ads_spark.errors import AdsError, InvalidRecordError, ErrorCode, InvalidRequestError, error_for
 from ads_spark.broker.replica.partition import Partition
 from ads_spark.broker.rpc.server import error_response
-from ads_spark.protocol.records import as_message_batch, conform_produce_batch, now_ms
+from ads_spark.protocol.records import (
+    TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, as_message_batch, conform_produce_batch, now_ms,
+)
+from ads_spark.replication import epochs
+from ads_spark.replication.state import Role
 
 FETCH_MAX_BYTES_DEFAULT = 50 << 20
 PARTITION_FETCH_MAX_BYTES_DEFAULT = 1 << 20
@@ -50,8 +54,13 @@ class DataHandlers:
         self.replicas = broker.replica_manager
         # Request counts for the metrics endpoint (plain ints: a lost increment under a race is
         # acceptable for a rate, a lock on every request is not). "fetch_empty": fetches answered
-        # with no data, the cost of long-polls that wake for nothing.
-        self.request_counts = {"produce": 0, "fetch_follower": 0, "fetch_consumer": 0, "fetch_empty": 0}
+        # with no data, the cost of long-polls that wake for nothing. "fetch_follower_read": consumer
+        # partition reads this broker answered as a follower or observer (KIP-392, same rack).
+        self.request_counts = {"produce": 0, "fetch_follower": 0, "fetch_consumer": 0, "fetch_empty": 0,
+                               "fetch_follower_read": 0}
+        # Partitions whose produce or fetch failed (Kafka's FailedProduceRequestsPerSec and
+        # FailedFetchRequestsPerSec, which count per partition too), same plain ints.
+        self.failed_counts = {"produce": 0, "fetch": 0}
         self._rotation = 0  # where the next fetch starts reading (a race only shifts a start: no lock)
 
     # ---- produce ----------------------------------------------------------------
@@ -75,21 +84,32 @@ class DataHandlers:
                 raise InvalidRequestError("produce chunk carries no record batch")
             check_record_batch(batch, topic, partition)
             conformed = conform_produce_batch(batch)
-            max_bytes = self.broker.max_message_bytes(topic)
+            topic_config = self.broker.topic_config(topic)
+            max_bytes = topic_config["max.message.bytes"]
+            # message.timestamp.type=LogAppendTime: the broker's clock replaces the producer's timestamps,
+            # and the answer carries that time (Kafka's ProduceResponse log_append_time_ms; -1 otherwise).
+            log_append_time = topic_config["message.timestamp.type"] == "LogAppendTime"
+            append_time_ms = now_ms()
 
             record_count = conformed.num_rows
 
             def complete(base_offset: int, error: AdsError | None) -> None:
                 if error is not None:
+                    self.failed_counts["produce"] += 1
                     respond(error_response(correlation_id, error))
+                elif acks == 0:
+                    respond(None)  # acks=0: no answer (the client did not wait); errors are still sent
                 else:
                     respond({"correlation_id": correlation_id, "error_code": 0,
                              "base_offset": base_offset, "record_count": record_count,
-                             "log_append_time_ms": -1})
+                             "log_append_time_ms": append_time_ms if log_append_time else -1})
 
             self.replicas.produce(topic, partition, conformed, acks=acks, timeout_ms=max(timeout_ms, 0),
-                                  max_message_bytes=max_bytes, producer=producer, complete=complete)
+                                  max_message_bytes=max_bytes, producer=producer, complete=complete,
+                                  timestamp_type=TIMESTAMP_TYPE_LOG_APPEND_TIME if log_append_time
+                                  else TIMESTAMP_TYPE_CREATE_TIME, append_time_ms=append_time_ms)
         except Exception as exc:  # every failure is answered; the stream and the broker go on
+            self.failed_counts["produce"] += 1
             respond(error_response(correlation_id, exc))
 
     # ---- fetch --------------------------------------------------------------------
@@ -161,6 +181,7 @@ class DataHandlers:
                 batches = self._read_one(partition, spec, replica_id, broker_epoch, budget, meta, client_rack,
                                          replica_messages)
             except AdsError as exc:
+                self.failed_counts["fetch"] += 1
                 meta.update(error_code=int(exc.code), message=exc.message or str(exc))
                 batches = []
             responses.append((meta, batches))
@@ -177,6 +198,8 @@ class DataHandlers:
         state = partition.state
         meta.update(high_watermark=end, log_start_offset=state.log_start_offset,
                     log_end_offset=state.log_end_offset, leader_epoch=state.leader_epoch)
+        if state.role is not Role.LEADER:  # the bound check let a same-rack read through to this replica
+            self.request_counts["fetch_follower_read"] += 1
         return partition.read(spec["fetch_offset"], end, budget) if budget > 0 else []
 
     def _read_for_follower(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
@@ -205,11 +228,38 @@ class DataHandlers:
     def handle_locate(self, body: dict[str, Any]) -> dict[str, Any]:
         """What a consumer fetch from ``fetch_offset`` would return, as places in the segment files."""
         spec = self._fetch_spec(body)
-        partition = self.replicas.get(spec["topic"], spec["partition"])
-        end = partition.consumer_read_bound(spec["current_leader_epoch"], spec["fetch_offset"], False)
-        located = partition.locate(spec["fetch_offset"], end, spec["partition_max_bytes"])
+        try:
+            partition = self.replicas.get(spec["topic"], spec["partition"])
+            end = partition.consumer_read_bound(spec["current_leader_epoch"], spec["fetch_offset"], False)
+            located = partition.locate(spec["fetch_offset"], end, spec["partition_max_bytes"])
+        except AdsError:
+            self.failed_counts["fetch"] += 1  # a failed fetch of the local read path
+            raise
         return {"error_code": 0, "host_id": host_identity(), "high_watermark": end,
                 "log_start_offset": partition.state.log_start_offset, "segments": describe_segments(located)}
+
+    # ---- offset for leader epoch (KIP-320, a consumer's check of its position) ----------------
+
+    def handle_offset_for_leader_epoch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Where this leader's log ends for each asked epoch: (largest epoch <= it, that epoch's end offset).
+
+        Followers get the same answer inside their fetches (a diverging epoch); consumers, which do not send
+        the epoch of what they read with every fetch, ask it here after a leader change. Only the leader
+        answers, in the leader epoch the client names, so a deposed leader cannot vouch for a position.
+        ``body`` has passed ``request_schemas`` ("offset_for_leader_epoch")."""
+        results = []
+        for entry in body["partitions"]:
+            item = {"topic": entry["topic"], "partition": entry["partition"], "error_code": 0}
+            try:
+                partition = self.replicas.get(entry["topic"], entry["partition"])
+                partition.check_leader(_or(entry.get("current_leader_epoch"), -1))
+                state = partition.state  # one immutable state: the cache and the log end agree
+                epoch, end_offset = epochs.end_offset_for(state.epochs, entry["leader_epoch"], state.log_end_offset)
+                item.update(leader_epoch=epoch, end_offset=end_offset, log_end_offset=state.log_end_offset)
+            except AdsError as exc:
+                item.update(error_code=int(exc.code), message=exc.message or str(exc))
+            results.append(item)
+        return {"partitions": results}
 
     # ---- list offsets -------------------------------------------------------------
 

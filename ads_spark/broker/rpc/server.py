@@ -287,9 +287,9 @@ def _serve_produce_stream(broker, reader, writer, stream: connections.Stream = c
     pending = [0]
     drained = threading.Condition()
 
-    def respond(response: dict) -> None:
+    def respond(response: dict | None) -> None:
         with write_lock:
-            if answering[0]:
+            if answering[0] and response is not None:  # None: nothing to send (an appended acks=0 batch)
                 try:
                     writer.write(pa.py_buffer(wire.dumps(response)))
                 except Exception:  # the client went away; its requests are still appended and safe

@@ -2,71 +2,24 @@
 
 Owns the sink's partitioner. Rules, in order: a non-null ``partition`` column
 value is used as given (checked against the topic's partition count); else a
-non-null key goes to ``crc32(key) % partitions`` -- the same rule as
-``ads_spark.client.Producer`` so a key lands in the same partition whichever
-client wrote it; else the record goes to the batch's round-robin partition (all
+non-null key goes to Kafka's ``toPositive(murmur2(key)) % partitions``
+(``protocol/partitioner.py``, the same function as ``ads_spark.client.Producer``,
+so a key lands in the same partition whichever client wrote it, and where Kafka
+would put it); else the record goes to the batch's round-robin partition (all
 null-key rows of one Arrow batch go together and the next batch moves on: Kafka's
 sticky partitioning, which keeps produce batches large).
 
-The CRC is computed for every key at once with numpy (a table-driven CRC-32
-advanced one byte position per step over all keys still that long), so the cost is
-one numpy step per byte of the longest key, not one Python call per row. Keys
-longer than ``VECTOR_KEY_BYTES_MAX`` are rare and take zlib per key.
+The hash is computed for every key of the batch at once with numpy
+(``murmur2_of_binary``), not one Python call per row.
 """
 
 from __future__ import annotations
-
-import zlib
 
 import numpy as np
 import pyarrow as pa
 
 from ads_spark.errors import InvalidPartitionsError
-
-VECTOR_KEY_BYTES_MAX = 1024
-
-
-def _crc32_table() -> np.ndarray:
-    table = np.zeros(256, dtype=np.uint32)
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (0xEDB88320 ^ (c >> 1)) if c & 1 else (c >> 1)
-        table[n] = c
-    return table
-
-
-_CRC_TABLE = _crc32_table()
-
-
-def crc32_of_binary(keys: pa.Array) -> np.ndarray:
-    """zlib.crc32 of every value of a binary array (nulls give 0), as uint32."""
-    keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
-    count = len(keys)
-    result = np.zeros(count, dtype=np.uint32)
-    if count == 0:
-        return result
-    _, offsets_buf, data_buf = keys.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=keys.offset + count + 1)[keys.offset:]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
-    long_rows = np.nonzero(lengths > VECTOR_KEY_BYTES_MAX)[0]
-    lengths_vec = np.where(lengths > VECTOR_KEY_BYTES_MAX, 0, lengths)
-    order = np.argsort(-lengths_vec, kind="stable")  # longest first: the rows still active form a prefix
-    starts = offsets[:-1][order].astype(np.int64)
-    sorted_lengths = lengths_vec[order]
-    crc = np.full(count, 0xFFFFFFFF, dtype=np.uint32)
-    active_by_length = np.searchsorted(-sorted_lengths, -np.arange(1, int(sorted_lengths.max(initial=0)) + 1),
-                                       side="right")
-    for position, active in enumerate(active_by_length):
-        byte = data[starts[:active] + position]
-        crc[:active] = _CRC_TABLE[(crc[:active] ^ byte) & 0xFF] ^ (crc[:active] >> 8)
-    result[order] = crc ^ np.uint32(0xFFFFFFFF)
-    for row in long_rows:
-        result[row] = zlib.crc32(data[offsets[row]:offsets[row + 1]].tobytes())
-    if keys.null_count:
-        result[np.asarray(keys.is_null())] = 0
-    return result
+from ads_spark.protocol.partitioner import key_partitions
 
 
 def assign_partitions(keys: pa.Array | None, explicit: pa.Array | None, partition_count: int,
@@ -76,7 +29,7 @@ def assign_partitions(keys: pa.Array | None, explicit: pa.Array | None, partitio
     result = np.full(rows, round_robin_partition % partition_count, dtype=np.int64)
     if keys is not None and keys.null_count < len(keys):
         has_key = ~np.asarray(keys.is_null())
-        result = np.where(has_key, crc32_of_binary(keys).astype(np.int64) % partition_count, result)
+        result = np.where(has_key, key_partitions(keys, partition_count), result)
     if explicit is not None and explicit.null_count < len(explicit):
         given = np.asarray(explicit.cast(pa.int64()).fill_null(-1))
         has_partition = ~np.asarray(explicit.is_null())

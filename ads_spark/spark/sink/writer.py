@@ -201,7 +201,7 @@ def _chunk_bytes_max(admin, topic: str, config: Mapping[str, str]) -> int:
     """
     if "batch.size" in config:
         return int(config["batch.size"])
-    from ads_spark.client.producer import DEFAULT_REQUEST_BYTES_MAX
+    from ads_spark.client.producer_config import DEFAULT_REQUEST_BYTES_MAX
 
     request_max = int(config.get("max.request.size", DEFAULT_REQUEST_BYTES_MAX))
     configs = {entry["name"]: entry["value"] for entry in admin.describe_configs(topic).get("configs", [])}

@@ -1,0 +1,205 @@
+"""Config keys that used to be accepted and ignored (issue #22 item 5), each shown to act or to be refused.
+
+* ``listeners`` / ``advertised.listeners``: the advertised address is what the broker registers; a wildcard
+  bind address without an advertised host is refused naming the key.
+* ``log.dirs`` with several directories: a new partition goes to the directory holding fewest, and a
+  restart finds every partition where it was.
+* ``message.timestamp.type=LogAppendTime``: a produce answer's append time is what the producer reports.
+* ``retries``: a batch failing with retriable errors fails after ``retries`` resends, not at the delivery
+  timeout.
+* ``num.partitions`` / ``default.replication.factor``: a create-topic request that leaves them out gets them.
+* ``producer.id.expiration.ms`` (not implemented) and any other unknown key: refused by name.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ads_spark.broker.log import LogConfig, LogDirs
+from ads_spark.broker.rpc.admin_handlers import AdminHandlers
+from ads_spark.client.delivery import BatchOutcome, DeliveryFuture
+from ads_spark.client.producer import Producer
+from ads_spark.config import BrokerConfig
+from ads_spark.errors import InvalidConfigError, NotLeaderOrFollowerError
+
+BASE = {"broker.id": "1", "log.dirs": "/tmp/ads-unused", "zookeeper.connect": "127.0.0.1:1"}
+
+
+# ---- listeners / advertised.listeners ------------------------------------------------------------
+
+
+def test_the_advertised_address_is_advertised_listeners_and_port_0_means_the_bound_port():
+    config = BrokerConfig({**BASE, "listeners": "PLAINTEXT://127.0.0.1:0",
+                           "advertised.listeners": "PLAINTEXT://broker-1.example:0"})
+    assert config.listen_host_port == ("127.0.0.1", 0)
+    assert config.advertised_host_port(bound_port=40123) == ("broker-1.example", 40123)
+    fixed = BrokerConfig({**BASE, "listeners": "PLAINTEXT://0.0.0.0:9092",
+                          "advertised.listeners": "PLAINTEXT://10.1.2.3:19092"})
+    assert fixed.listen_host_port == ("0.0.0.0", 9092)
+    assert fixed.advertised_host_port(bound_port=9092) == ("10.1.2.3", 19092)
+    # Unset: the listeners address, as in Kafka.
+    assert BrokerConfig({**BASE, "listeners": "127.0.0.1:9000"}).advertised_host_port(9000) == ("127.0.0.1", 9000)
+
+
+@pytest.mark.parametrize("values", [
+    {"listeners": "PLAINTEXT://0.0.0.0:9092"},
+    {"listeners": "PLAINTEXT://127.0.0.1:9092", "advertised.listeners": "PLAINTEXT://0.0.0.0:9092"},
+])
+def test_a_wildcard_address_is_never_advertised(values):
+    with pytest.raises(InvalidConfigError, match="advertised.listeners"):
+        BrokerConfig({**BASE, **values})
+
+
+@pytest.mark.parametrize("key", ["listeners", "advertised.listeners"])
+@pytest.mark.parametrize("value", ["PLAINTEXT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2", "SSL://127.0.0.1:9093",
+                                   "127.0.0.1", "PLAINTEXT://h:70000"])
+def test_a_listener_ads_cannot_serve_is_refused_naming_the_key(key, value):
+    with pytest.raises(InvalidConfigError, match=f"'{key}'"):
+        BrokerConfig({**BASE, key: value})
+
+
+# ---- log.dirs -----------------------------------------------------------------------------------
+
+
+def test_several_log_dirs_take_new_partitions_by_fewest_and_a_restart_finds_them(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    logs = LogDirs.open(dirs[:1], LogConfig(), 0)  # a broker that had one directory: a holds t-0 and t-1
+    for number in (0, 1):
+        logs.get_or_create("t", number, LogConfig(), "id-t", now_ms=0)
+    logs.close()
+    logs = LogDirs.open(dirs, LogConfig(), 0)  # b and c added: new partitions fill the emptiest first
+    for number in range(2, 8):
+        logs.get_or_create("t", number, LogConfig(), "id-t", now_ms=0)
+    logs.close()
+    held = {d.name: sorted(p.name for p in d.iterdir() if p.is_dir()) for d in dirs}
+    assert held == {"a": ["t-0", "t-1", "t-6"], "b": ["t-2", "t-4", "t-7"], "c": ["t-3", "t-5"]}
+    reopened = LogDirs.open(dirs, LogConfig(), 0)
+    try:
+        assert sorted(reopened.logs()) == [("t", n) for n in range(8)]
+        for name, partitions in held.items():
+            for partition in partitions:
+                assert reopened.get("t", int(partition[2:])).directory.parent == tmp_path / name
+        assert reopened.recovered_from_clean_shutdown
+        # Each directory checkpoints the high watermarks of the partitions it holds, and they read back.
+        reopened.checkpoint_high_watermarks({("t", n): 10 + n for n in range(8)})
+        assert {key: offset for manager in reopened.managers for key, offset in manager.read_high_watermarks().items()
+                if key[1] in (3, 5)} == {("t", 3): 13, ("t", 5): 15}
+        assert sorted(reopened.managers[2].read_high_watermarks()) == [("t", 3), ("t", 5)]
+        assert reopened.read_high_watermarks() == {("t", n): 10 + n for n in range(8)}
+    finally:
+        reopened.close()
+
+
+def test_a_partition_in_two_log_dirs_is_refused_at_start(tmp_path):
+    for name in ("a", "b"):
+        logs = LogDirs.open([tmp_path / name], LogConfig(), 0)
+        logs.get_or_create("t", 0, LogConfig(), "id-t", now_ms=0)
+        logs.close()
+    with pytest.raises(InvalidConfigError, match="'log.dirs'.*t-0"):
+        LogDirs.open([tmp_path / "a", tmp_path / "b"], LogConfig(), 0)
+
+
+def test_log_dirs_naming_a_directory_twice_or_none_is_refused(tmp_path):
+    with pytest.raises(InvalidConfigError, match="'log.dirs'.*twice"):
+        BrokerConfig({**BASE, "log.dirs": f"{tmp_path}/a,{tmp_path}/b,{tmp_path}/a/"})
+    with pytest.raises(InvalidConfigError, match="'log.dirs'"):
+        BrokerConfig({**BASE, "log.dirs": " , "})
+    assert BrokerConfig({**BASE, "log.dirs": f"{tmp_path}/a, {tmp_path}/b"}).log_dir_paths() == [
+        tmp_path / "a", tmp_path / "b"]
+
+
+# ---- message.timestamp.type ------------------------------------------------------------------------
+
+
+def test_a_log_append_time_answer_is_the_timestamp_the_producer_reports():
+    outcome = BatchOutcome("t", 0, [111, 222])
+    outcome.complete(10, None, log_append_time_ms=9_000)
+    assert [DeliveryFuture(outcome, i).result().timestamp for i in range(2)] == [9_000, 9_000]
+    create_time = BatchOutcome("t", 0, [111, 222])
+    create_time.complete(10, None)
+    assert [DeliveryFuture(create_time, i).result().timestamp for i in range(2)] == [111, 222]
+
+
+# ---- retries ---------------------------------------------------------------------------------------
+
+
+class _NoLeaderConnections:
+    """Metadata says the partition exists; every send finds no leader (a retriable error)."""
+
+    def __init__(self):
+        self.sends = 0
+
+    def partitions_for(self, topic):
+        return [0]
+
+    def leader_of(self, topic, partition):
+        self.sends += 1
+        raise NotLeaderOrFollowerError("no leader yet")
+
+    def mark_stale(self):
+        pass
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_retries_bounds_the_resends_of_a_failing_batch(retries):
+    connections = _NoLeaderConnections()
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "acks": "1", "linger.ms": "0", "retries": retries,
+                         "retry.backoff.ms": "10", "delivery.timeout.ms": "60000"}, connections=connections)
+    try:
+        started = time.monotonic()
+        with pytest.raises(NotLeaderOrFollowerError) as failed:
+            producer.produce("t", b"v", partition=0).result(timeout=10)
+        assert time.monotonic() - started < 10  # long before delivery.timeout.ms
+        assert connections.sends == retries + 1 and failed.value.attempts == retries + 1
+    finally:
+        producer.close()
+
+
+def test_retries_0_with_idempotence_asked_for_is_refused_and_off_by_default():
+    with pytest.raises(InvalidConfigError, match="'retries'"):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "retries": "0", "enable.idempotence": "true"},
+                 connections=_NoLeaderConnections())
+    with pytest.raises(InvalidConfigError, match="'retries'"):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "retries": "-1"}, connections=_NoLeaderConnections())
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "retries": "0"}, connections=_NoLeaderConnections())
+    try:
+        assert not producer.idempotent
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("key", ["producer.id.expiration.ms", "retires", "partitioner.class", "client.rack"])
+def test_a_producer_key_it_does_not_read_is_refused_by_name(key):
+    with pytest.raises(InvalidConfigError, match=f"'{key}'"):
+        Producer({"bootstrap.servers": "127.0.0.1:1", key: "1"}, connections=_NoLeaderConnections())
+
+
+def test_producer_id_expiration_ms_is_refused_as_a_broker_and_a_topic_key():
+    from ads_spark.config import validate_topic_config
+
+    with pytest.raises(InvalidConfigError, match="'producer.id.expiration.ms'"):
+        BrokerConfig({**BASE, "producer.id.expiration.ms": "86400000"})
+    with pytest.raises(InvalidConfigError, match="'producer.id.expiration.ms'"):
+        validate_topic_config({"producer.id.expiration.ms": "1"}, 1)
+
+
+# ---- num.partitions / default.replication.factor -----------------------------------------------------
+
+
+class _Broker:
+    def __init__(self, values):
+        self.config = BrokerConfig({**BASE, **values})
+
+
+def test_a_create_topic_that_leaves_out_counts_gets_the_broker_defaults():
+    handlers = AdminHandlers(_Broker({"num.partitions": "6", "default.replication.factor": "3"}))
+    name, partitions, replication_factor, *_ = handlers._plan_topic({"topic": "t"})
+    assert (name, partitions, replication_factor) == ("t", 6, 3)
+    _, partitions, replication_factor, *_ = handlers._plan_topic({"topic": "t", "partitions": 2,
+                                                                  "replication_factor": None})
+    assert (partitions, replication_factor) == (2, 3)
