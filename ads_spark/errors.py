@@ -163,6 +163,22 @@ StaleControllerEpochError = _ERROR_CLASSES[ErrorCode.STALE_CONTROLLER_EPOCH]
 StorageError = KafkaStorageErrorError
 
 
+class LogTruncationError(OffsetOutOfRangeError):
+    """KIP-320: records a consumer already read were truncated away (an unclean election) and its
+    ``auto.offset.reset`` is ``none``. Kafka's LogTruncationException. Names the partition, the
+    offsets lost (``lost_from_offset`` .. ``lost_to_offset_exclusive`` - 1) and where the leader's log
+    and the consumer's agree up to (``divergent_offset``: seek there to read what the log holds now)."""
+
+    def __init__(self, topic: str, partition: int, lost_from_offset: int, lost_to_offset_exclusive: int):
+        self.topic, self.partition = topic, partition
+        self.lost_from_offset, self.lost_to_offset_exclusive = lost_from_offset, lost_to_offset_exclusive
+        self.divergent_offset = lost_from_offset
+        super().__init__(f"{topic}-{partition}: offsets {lost_from_offset}..{lost_to_offset_exclusive - 1} "
+                         f"the consumer read were truncated from the log (unclean leader election); "
+                         f"auto.offset.reset=none, so the position is left at {lost_to_offset_exclusive}: "
+                         f"seek to {lost_from_offset} to read what the log holds there now")
+
+
 def error_for(code: ErrorCode | int, message: str = "") -> AdsError:
     """The exception a client raises for ``code`` (any unknown number is a server error)."""
     try:

@@ -35,6 +35,9 @@ class FetchedChunk:
     high_watermark: int
     log_start_offset: int
     next_offset: int
+    # The leader epoch the records were read in (the broker checked it): every record here has an epoch at
+    # or below it, which is what KIP-320's check of the next position needs. -1: unknown.
+    leader_epoch: int = -1
 
 
 def empty_table() -> pa.Table:
@@ -43,12 +46,12 @@ def empty_table() -> pa.Table:
 
 
 def fetched_chunk(batches: list[pa.RecordBatch], start: int, high_watermark: int,
-                  log_start_offset: int) -> FetchedChunk:
+                  log_start_offset: int, leader_epoch: int = -1) -> FetchedChunk:
     """The committed records of ``batches`` from ``start`` (below the HW), with where the next read starts."""
     table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
     table = slice_offsets(table, start, high_watermark)
     next_offset = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else start
-    return FetchedChunk(table, high_watermark, log_start_offset, next_offset)
+    return FetchedChunk(table, high_watermark, log_start_offset, next_offset, leader_epoch)
 
 
 def slice_offsets(table: pa.Table, start_inclusive: int, end_exclusive: int) -> pa.Table:

@@ -17,12 +17,14 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from ads_spark.config import parse_bool, parse_int
+from ads_spark.config import CONSUMER_KEYS, check_client_keys, parse_bool, parse_int
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, backoff_sleep
 from ads_spark.errors import (
     AdsError,
+    ErrorCode,
     InvalidRequestError,
+    LogTruncationError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
     error_for,
@@ -39,6 +41,7 @@ from ads_spark.client.chunks import (
 )
 from ads_spark.client.poll_fetcher import PollFetcher
 from ads_spark.local_reads import NotLocal, host_identity, read_located
+from ads_spark.replication.epochs import consumer_divergence
 
 log = logging.getLogger("ads.client.consumer")
 
@@ -85,6 +88,7 @@ class Consumer:
     """
 
     def __init__(self, config: dict[str, Any], connections: Connections | None = None):
+        check_client_keys(CONSUMER_KEYS, config, "consumer")  # a key it would not read: refused by name
         self.config = dict(config)
         self._connections = connections or Connections(config)
         self._owns_connections = connections is None
@@ -99,6 +103,9 @@ class Consumer:
             raise InvalidRequestError(f"auto.offset.reset must be earliest, latest or none, got {reset!r}")
         self.auto_offset_reset = reset
         self._positions: dict[tuple[str, int], int] = {}
+        # KIP-320: the leader epoch the records before each position were read in (-1: unknown, e.g. after a
+        # seek, so not checked); a position whose epoch is not the leader's current one is checked first.
+        self._position_epochs: dict[tuple[str, int], int] = {}
         self._next_partition = 0
         # The local read path (ads_spark/local_reads.py): brokers on this host are read from their
         # segment files; a broker found to be elsewhere is not asked again (bounded by the brokers).
@@ -114,7 +121,7 @@ class Consumer:
     # ---- assignment -------------------------------------------------------------
 
     def assign(self, partitions: list[TopicPartition]) -> None:
-        self._positions = {}
+        self._positions, self._position_epochs = {}, {}
         for tp in partitions:
             self._connections.partition(tp.topic, tp.partition)
             self._positions[tp.key()] = tp.offset
@@ -127,6 +134,7 @@ class Consumer:
         if tp.key() not in self._positions:
             raise InvalidRequestError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
         self._positions[tp.key()] = tp.offset
+        self._position_epochs.pop(tp.key(), None)  # an offset without an epoch is not checked (as Kafka's seek)
 
     def position(self, tp: TopicPartition) -> int:
         return self._resolve_position(tp.key())
@@ -157,23 +165,47 @@ class Consumer:
         raw = self._list_offsets_raw(tps, timestamp)
         return {TopicPartition(t, p): int(item["offset"]) for (t, p), item in raw.items()}
 
+    def list_offsets_with_epochs(self, tps: list[TopicPartition], spec: str) -> dict[TopicPartition, tuple[int, int]]:
+        """(offset, leader epoch) per partition from one answer of its leader: the epoch the offset was read in,
+        which KIP-320's check of a position stored with it needs (the Spark source's checkpoints)."""
+        raw = self._list_offsets_raw(tps, {"earliest": -2, "latest": -1}[spec])
+        return {TopicPartition(t, p): (int(item["offset"]), int(item.get("leader_epoch", -1)))
+                for (t, p), item in raw.items()}
+
     def _list_offsets_raw(self, tps: list[TopicPartition], timestamp: int) -> dict[tuple[str, int], dict]:
+        return self._ask_leaders([tp.key() for tp in tps], wire.ACTION_LIST_OFFSETS, "list offsets",
+                                 lambda key, meta: {"topic": key[0], "partition": key[1], "timestamp": timestamp})
+
+    def offsets_for_leader_epochs(self, epochs: dict[tuple[str, int], int]) -> dict[tuple[str, int], dict]:
+        """KIP-320: each partition's leader's answer for a leader epoch: ``leader_epoch`` (the largest it has
+        at or below the one asked), ``end_offset`` (where that epoch ends in its log), ``log_end_offset`` and
+        ``current_leader_epoch`` (the epoch the leader answered in)."""
+        def entry(key, meta):
+            return {"topic": key[0], "partition": key[1], "leader_epoch": epochs[key],
+                    "current_leader_epoch": meta.leader_epoch}
+        return self._ask_leaders(list(epochs), wire.ACTION_OFFSET_FOR_LEADER_EPOCH, "offset for leader epoch",
+                                 entry)
+
+    def _ask_leaders(self, keys: list[tuple[str, int]], action: str, what: str,
+                     entry_for) -> dict[tuple[str, int], dict]:
+        """One request per leader naming its partitions (``entry_for(key, metadata)``); retriable failures
+        refresh metadata and ask again within default.api.timeout.ms. Answers carry the leader epoch asked in."""
         results: dict[tuple[str, int], dict] = {}
         deadline = time.monotonic() + self.api_timeout_ms / 1000
         for attempt in itertools.count():
             if attempt and time.monotonic() >= deadline:
                 break
-            by_leader: dict[int, list[TopicPartition]] = {}
-            for tp in tps:
-                if tp.key() not in results:
-                    meta, _ = self._connections.leader_of(tp.topic, tp.partition)
-                    by_leader.setdefault(meta.leader, []).append(tp)
+            by_leader: dict[int, list] = {}
+            for key in keys:
+                if key not in results:
+                    meta, _ = self._connections.leader_of(*key)
+                    by_leader.setdefault(meta.leader, []).append((key, meta))
             retry = False
             for leader, group in by_leader.items():
-                body = {"partitions": [{"topic": t.topic, "partition": t.partition, "timestamp": timestamp}
-                                       for t in group]}
+                asked_epoch = {key: meta.leader_epoch for key, meta in group}
                 try:
-                    response = self._connections.call_broker(leader, wire.ACTION_LIST_OFFSETS, body)
+                    response = self._connections.call_broker(
+                        leader, action, {"partitions": [entry_for(key, meta) for key, meta in group]})
                 except AdsError as exc:
                     if not exc.retriable:
                         raise
@@ -188,11 +220,41 @@ class Consumer:
                         self._connections.mark_stale()
                         retry = True
                     else:
-                        results[(item["topic"], item["partition"])] = item
+                        key = (item["topic"], item["partition"])
+                        results[key] = {**item, "current_leader_epoch": asked_epoch.get(key, -1)}
             if not retry:
                 return results
             backoff_sleep(attempt, self._connections.retry_backoff_ms)
-        raise RequestTimedOutError(f"list offsets did not succeed within default.api.timeout.ms={self.api_timeout_ms}")
+        raise RequestTimedOutError(f"{what} did not succeed within default.api.timeout.ms={self.api_timeout_ms}")
+
+    # ---- KIP-320: checking a position after a leader change ---------------------------
+
+    def _needs_validation(self, key: tuple[str, int], leader_epoch: int) -> bool:
+        epoch = self._position_epochs.get(key, -1)
+        return epoch >= 0 and epoch != leader_epoch
+
+    def _validate_position(self, key: tuple[str, int], position: int) -> int:
+        """The position after KIP-320's check against the current leader's epoch cache.
+
+        When the leader's log no longer holds what was read before ``position`` (an unclean election cut it),
+        ``auto.offset.reset=none`` raises LogTruncationError; otherwise the position moves back to where the
+        logs agree (the records written there since were never read) and the lost range is logged."""
+        asked = self._position_epochs[key]
+        answer = self.offsets_for_leader_epochs({key: asked})[key]
+        divergence = consumer_divergence(position, asked, (int(answer["leader_epoch"]), int(answer["end_offset"])),
+                                         int(answer.get("log_end_offset", -1)))
+        if divergence is None:
+            self._position_epochs[key] = int(answer["current_leader_epoch"])
+            return position
+        resume_offset, _ = divergence
+        if self.auto_offset_reset == "none":
+            raise LogTruncationError(key[0], key[1], resume_offset, position)
+        log.warning("%s-%s: offsets %d..%d this consumer read were truncated from the log (unclean leader "
+                    "election); resuming at %d, where the leader's log and what was read agree",
+                    key[0], key[1], resume_offset, position - 1, resume_offset)
+        self._positions[key] = resume_offset
+        self._position_epochs[key] = int(answer["current_leader_epoch"])
+        return resume_offset
 
     # ---- reads -------------------------------------------------------------------
 
@@ -216,15 +278,16 @@ class Consumer:
         raise last_error or RequestTimedOutError("fetch failed")
 
     def _same_rack_replica(self, meta) -> Any:
-        """KIP-392: an in-sync replica on this consumer's rack (it serves up to its own HW), else None."""
+        """KIP-392: an in-sync replica on this consumer's rack (it serves up to its own HW), else None.
+
+        Called per partition on every poll, so it looks in the metadata held (no refresh for a broker it does
+        not list: a replica that is down is skipped, or fails once and its partition falls back to the leader)."""
         if not self.client_rack:
             return None
+        brokers = self._connections.view().brokers
         for replica in (*meta.isr, *meta.observers):  # observers serve remote readers (below their HW)
-            try:
-                address = self._connections.broker(replica)
-            except AdsError:
-                continue
-            if address.rack == self.client_rack:
+            address = brokers.get(replica)
+            if address is not None and address.rack == self.client_rack:
                 return address
         return None
 
@@ -256,8 +319,15 @@ class Consumer:
         if info is None:
             raise error_for(-1, "fetch response carried no partition metadata")
         if info["error_code"]:
-            raise error_for(info["error_code"], info.get("message", ""))
-        return fetched_chunk(batches, start, int(info["high_watermark"]), int(info["log_start_offset"]))
+            error = error_for(info["error_code"], info.get("message", ""))
+            if replica is not None and replica.broker_id != meta.leader and isinstance(error, OffsetOutOfRangeError):
+                # A replica behind the position (an observer lags the HW) cannot tell lost data from data it has
+                # not got yet: retriable, and the retry asks the leader (KIP-392).
+                raise error_for(ErrorCode.OFFSET_NOT_AVAILABLE, f"replica {replica.broker_id} has not got offset "
+                                f"{start} of {tp.topic}-{tp.partition}; asking the leader")
+            raise error
+        return fetched_chunk(batches, start, int(info["high_watermark"]), int(info["log_start_offset"]),
+                             int(info.get("leader_epoch", meta.leader_epoch)))
 
     def _fetch_local(self, tp: TopicPartition, start: int, max_bytes: int, leader_epoch: int,
                      broker) -> FetchedChunk | None:
@@ -282,7 +352,8 @@ class Consumer:
             log.debug("%s-%s: local read at %s not possible (%s); fetching", tp.topic, tp.partition, start, exc)
             return None
         self.local_fetches += 1
-        return fetched_chunk(batches, start, int(answer["high_watermark"]), int(answer["log_start_offset"]))
+        return fetched_chunk(batches, start, int(answer["high_watermark"]), int(answer["log_start_offset"]),
+                             leader_epoch)
 
     def fetch_arrow(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
                     max_bytes: int | None = None) -> pa.Table:
@@ -322,10 +393,11 @@ class Consumer:
                 table = table.slice(0, records_left)
                 self._positions[key] = table.column("offset")[-1].as_py() + 1
                 rest = FetchedChunk(chunk.table.slice(records_left), chunk.high_watermark,
-                                    chunk.log_start_offset, chunk.next_offset)
+                                    chunk.log_start_offset, chunk.next_offset, chunk.leader_epoch)
                 cut_short = (key, self._positions[key], rest)
             else:
                 self._positions[key] = chunk.next_offset
+            self._position_epochs[key] = chunk.leader_epoch
             records_left -= table.num_rows
             result[TopicPartition(*key)] = table
         if cut_short is not None:  # after the left-out partitions, so that they come first next time

@@ -11,13 +11,21 @@ soon as any answer has data. An answer that arrives after poll returned stays
 buffered for the next poll, and is used only if it starts at the partition's
 position then (a seek in between drops it).
 
-A partition known to lag (its last answer ended below the HW), or not fetched
-yet, is first read through the local read path when the leader is on this host
-(``ads_spark/local_reads.py``): catching up moves segment bytes, the tail moves
-by long-poll.
+With ``client.rack``, a partition is fetched from an in-sync replica or observer
+on that rack instead of its leader (KIP-392, ``Consumer._same_rack_replica``), as
+Kafka's consumer does: it answers up to its own HW. When that replica fails to
+answer for the partition (down, behind, no longer a replica: any error), the
+partition goes to the leader, which answers authoritatively, for
+``RACK_REPLICA_FALLBACK_S`` before the replica is tried again. KIP-320's check of a
+position after a leader change always asks the leader (``Consumer._validate_position``).
 
-Bounds: one fetch per leader broker in flight (so threads <= brokers, capped by
-``FETCH_THREADS_MAX``), one buffered answer per partition.
+A partition known to lag (its last answer ended below the HW), or not fetched
+yet, is first read through the local read path when it is fetched from its
+leader and the leader is on this host (``ads_spark/local_reads.py``): catching up
+moves segment bytes, the tail moves by long-poll.
+
+Bounds: one fetch per source broker in flight (so threads <= brokers, capped by
+``FETCH_THREADS_MAX``), one buffered answer per partition, one fallback deadline per partition.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from dataclasses import dataclass
 from ads_spark.client.chunks import FetchedChunk, TopicPartition, fetched_chunk
 from ads_spark.protocol import wire
 from ads_spark.protocol.fetch_session import FetchSession
-from ads_spark.errors import AdsError, error_for
+from ads_spark.errors import AdsError, OffsetOutOfRangeError, error_for
 
 log = logging.getLogger("ads.client.poll")
 
@@ -39,6 +47,10 @@ FETCH_THREADS_MAX = 16
 # After a retriable failure (leader moved, broker down) a leader is not asked again before this.
 # (Not the controller channel's RETRY_BACKOFF_S: that paces the controller's requests to brokers.)
 FETCH_RETRY_BACKOFF_S = 0.1
+# After a same-rack replica failed to serve a partition, its reads go to the leader for this long: long enough
+# that a replica that is down or far behind costs one failed fetch per period, short enough that reads return to
+# the rack soon after it recovers (Kafka's consumer waits for the leader to name a preferred replica again).
+RACK_REPLICA_FALLBACK_S = 5.0
 
 
 @dataclass
@@ -61,6 +73,13 @@ class PollFetcher:
         # Whether a partition's last answer ended below the HW; unknown (never fetched) counts as lagging.
         self._lagging: dict[tuple[str, int], bool] = {}
         self._not_before: dict[int, float] = {}  # broker id -> monotonic time it may be asked again
+        # Partition -> monotonic time until which it is read from its leader, its same-rack replica having failed.
+        self._replica_fallback_until: dict[tuple[str, int], float] = {}
+        # Partitions whose fetch position was beyond the leader's log: checked (KIP-320) before the next fetch
+        # when their position has an epoch, once per position (the position a check kept is in
+        # _out_of_range_checked: out of range again there, the error goes to the caller). Bounded by the partitions.
+        self._out_of_range: set[tuple[str, int]] = set()
+        self._out_of_range_checked: dict[tuple[str, int], int] = {}
         self._sessions: dict[tuple[str, int], FetchSession] = {}  # one per broker address
         self._closed = False
 
@@ -105,8 +124,11 @@ class PollFetcher:
             self._answers.setdefault(key, _Answer(start_offset_inclusive, chunk))
 
     def _send_fetches(self, positions) -> float:
-        """Send what is due; returns when a leader skipped for backing off may be asked again (inf: none)."""
-        by_leader: dict[int, list] = {}
+        """Send what is due; returns when a broker skipped for backing off may be asked again (inf: none).
+
+        Each wanted partition is ``(key, position, leader epoch, address, from_replica)``; ``from_replica``:
+        sent to a same-rack replica that is not the leader."""
+        by_source: dict[int, list] = {}
         now = time.monotonic()
         retry_at = float("inf")
         for key, position in positions.items():
@@ -117,49 +139,91 @@ class PollFetcher:
                     raise
                 retry_at = min(retry_at, now + FETCH_RETRY_BACKOFF_S)
                 continue
-            by_leader.setdefault(meta.leader, []).append((key, position, meta.leader_epoch, broker))
+            if self._consumer._needs_validation(key, meta.leader_epoch) or key in self._out_of_range:
+                position = self._validate(key, position, positions)
+                if position is None:  # the check failed retriably: the leader is asked again after a pause
+                    retry_at = min(retry_at, now + FETCH_RETRY_BACKOFF_S)
+                    continue
+            source, address = self._source_for(key, meta, broker, now)
+            by_source.setdefault(source, []).append((key, position, meta.leader_epoch, address,
+                                                     source != meta.leader))
         with self._changed:
             if self._closed:
                 return retry_at
-            for leader, wanted in by_leader.items():
-                if leader in self._in_flight:
+            for source, wanted in by_source.items():
+                if source in self._in_flight:
                     continue
-                if self._not_before.get(leader, 0.0) > now:
-                    retry_at = min(retry_at, self._not_before[leader])
+                if self._not_before.get(source, 0.0) > now:
+                    retry_at = min(retry_at, self._not_before[source])
                     continue
                 wanted = [w for w in wanted if w[0] not in self._answers]
                 if wanted:
-                    self._in_flight.add(leader)
-                    self._executor.submit(self._fetch_from_leader, leader, wanted)
+                    self._in_flight.add(source)
+                    self._executor.submit(self._fetch_from, source, wanted)
         return retry_at
 
-    def _fetch_from_leader(self, leader: int, wanted: list) -> None:
+    def _source_for(self, key, meta, leader_address, now: float):
+        """(broker id, address) to fetch ``key`` from: its same-rack replica (KIP-392) unless that failed within
+        RACK_REPLICA_FALLBACK_S, else its leader."""
+        if self._replica_fallback_until.get(key, 0.0) <= now:
+            replica = self._consumer._same_rack_replica(meta)
+            if replica is not None:
+                return replica.broker_id, replica
+        return meta.leader, leader_address
+
+    def _fall_back_to_leader(self, keys) -> None:
+        until = time.monotonic() + RACK_REPLICA_FALLBACK_S
+        for key in keys:
+            self._replica_fallback_until[key] = until
+
+    def _validate(self, key, position: int, positions) -> int | None:
+        """KIP-320 after a leader change (or an out-of-range answer): the checked position, also written to
+        ``positions`` so that answers for the old one are dropped. LogTruncationError (reset none) propagates
+        to the caller of poll; a retriable failure gives None."""
+        try:
+            checked = self._consumer._validate_position(key, position)
+        except AdsError as exc:
+            if not exc.retriable:
+                raise
+            self._connections.mark_stale()
+            return None
+        if key in self._out_of_range:
+            self._out_of_range.discard(key)
+            self._out_of_range_checked[key] = checked
+        positions[key] = checked
+        return checked
+
+    def _fetch_from(self, source: int, wanted: list) -> None:
+        """One fetch from broker ``source`` (a leader, or a same-rack replica of some of ``wanted``)."""
         answers: dict[tuple[str, int], _Answer] = {}
         try:
             answers = self._fetch_local(wanted) or self._fetch_remote(wanted)
         except AdsError as exc:
             if exc.retriable:
                 self._connections.mark_stale()
-            answers = {key: _Answer(position, None, None if exc.retriable else exc)
-                       for key, position, _, _ in wanted}
+            # A same-rack replica that failed: its partitions go to their leaders, which decide (no error kept).
+            self._fall_back_to_leader(key for key, *_, from_replica in wanted if from_replica)
+            answers = {key: _Answer(position, None, None if exc.retriable or from_replica else exc)
+                       for key, position, _, _, from_replica in wanted}
             if exc.retriable:
-                self._not_before[leader] = time.monotonic() + FETCH_RETRY_BACKOFF_S
-        except Exception as exc:  # a bug must not wedge poll: the leader is asked again after a pause
-            log.warning("poll fetch from broker %s failed: %r", leader, exc)
-            self._not_before[leader] = time.monotonic() + FETCH_RETRY_BACKOFF_S
+                self._not_before[source] = time.monotonic() + FETCH_RETRY_BACKOFF_S
+        except Exception as exc:  # a bug must not wedge poll: the broker is asked again after a pause
+            log.warning("poll fetch from broker %s failed: %r", source, exc)
+            self._fall_back_to_leader(key for key, *_, from_replica in wanted if from_replica)
+            self._not_before[source] = time.monotonic() + FETCH_RETRY_BACKOFF_S
         finally:
             with self._changed:
                 for key, answer in answers.items():
                     if answer.chunk is not None or answer.error is not None:
                         self._answers[key] = answer
-                self._in_flight.discard(leader)
+                self._in_flight.discard(source)
                 self._changed.notify_all()
 
     def _fetch_local(self, wanted: list) -> dict:
         """Lagging partitions read from this host's segment files; {} when none had anything that way."""
         answers = {}
-        for key, position, epoch, broker in wanted:
-            if not self._lagging.get(key, True):
+        for key, position, epoch, broker, from_replica in wanted:
+            if from_replica or not self._lagging.get(key, True):  # the local path reads leaders' files only
                 continue
             chunk = self._consumer._fetch_local(TopicPartition(*key), position,
                                                 self._consumer.partition_fetch_max_bytes,
@@ -175,10 +239,11 @@ class PollFetcher:
         return _Answer(position, chunk)
 
     def _fetch_remote(self, wanted: list) -> dict:
-        """One fetch for every wanted partition of this leader, held by the broker until one has data."""
+        """One fetch for every wanted partition of this broker, held by the broker until one has data."""
         consumer = self._consumer
         broker = wanted[0][3]
-        request = wire.consumer_fetch_request([(key[0], key[1], position, epoch) for key, position, epoch, _ in wanted],
+        request = wire.consumer_fetch_request([(key[0], key[1], position, epoch)
+                                               for key, position, epoch, _, _ in wanted],
                                               max_wait_ms=consumer.fetch_max_wait_ms,
                                               max_bytes=consumer.fetch_max_bytes,
                                               partition_max_bytes=consumer.partition_fetch_max_bytes,
@@ -190,8 +255,9 @@ class PollFetcher:
             if error.retriable:
                 self._connections.drop(broker.host, broker.port)
             raise
-        return {key: self._answer_from(key, position, infos.get(key), [b for b, _ in batches.get(key, [])])
-                for key, position, _, _ in wanted}
+        return {key: self._answer_from(key, position, infos.get(key), [b for b, _ in batches.get(key, [])],
+                                       from_replica)
+                for key, position, _, _, from_replica in wanted}
 
     def _session_for(self, broker) -> FetchSession:
         key = (broker.host, broker.port)
@@ -202,16 +268,29 @@ class PollFetcher:
                     lambda: self._connections.client_for(broker.host, broker.port))
             return session
 
-    def _answer_from(self, key, position: int, info: dict | None, batches: list) -> _Answer:
+    def _answer_from(self, key, position: int, info: dict | None, batches: list,
+                     from_replica: bool = False) -> _Answer:
         if info is None:
             return _Answer(position, None, error_for(-1, f"fetch response carried no metadata for {key}"))
         if info["error_code"]:
             error = error_for(info["error_code"], info.get("message", ""))
+            if from_replica:
+                # Behind (out of range, HW not there yet), fenced, or no longer a replica: a follower cannot tell
+                # which, the leader can (KIP-392). The partition is fetched from the leader next.
+                self._fall_back_to_leader([key])
+                if error.retriable:
+                    self._connections.mark_stale()
+                return _Answer(position, None, None)
             if error.retriable:
                 self._connections.mark_stale()
                 return _Answer(position, None, None)
+            if isinstance(error, OffsetOutOfRangeError) and self._consumer._position_epochs.get(key, -1) >= 0 \
+                    and self._out_of_range_checked.get(key) != position:
+                self._out_of_range.add(key)  # maybe truncated under this position: checked, then fetched again
+                return _Answer(position, None, None)
             return _Answer(position, None, error)
-        chunk = fetched_chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]))
+        chunk = fetched_chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]),
+                              int(info.get("leader_epoch", -1)))
         return self._record(key, position, chunk)
 
     def close(self) -> None:
