@@ -33,8 +33,10 @@ def _cached(kind: str, config: Mapping[str, Any], make: Callable[[dict], Any]) -
 
 
 def admin_for(config: Mapping[str, Any]):
-    from ads_spark.client import Admin
-    return _cached("admin", config, Admin)
+    """An Admin from the keys of ``config`` it reads (the source's consumer or the sink's producer refuses
+    the rest, see ``client.admin.admin_config``)."""
+    from ads_spark.client.admin import Admin, admin_config
+    return _cached("admin", admin_config(config), Admin)
 
 
 def consumer_for(config: Mapping[str, Any]):
@@ -55,6 +57,9 @@ def connections_for(config: Mapping[str, Any]):
 
 def evict(kind: str, config: Mapping[str, Any]) -> None:
     """Drop (and close) a cached client after an unexpected failure."""
+    if kind == "admin":
+        from ads_spark.client.admin import admin_config
+        config = admin_config(config)  # as admin_for keyed it
     with _clients_lock:
         client = _clients.pop(_cache_key(kind, config), None)
     if client is not None:

@@ -4,7 +4,8 @@ Spark hands a Python data source its options as case-insensitive strings. Both s
 ``format("ads")`` read them the same way, so the rules live here once: keys are lower-cased,
 every ``ads.<name>`` option becomes ``<name>`` in the client config (``ads.bootstrap.servers``
 -> ``bootstrap.servers``, ``ads.client.rack`` -> ``client.rack`` ...), ``kafka.*`` keys are
-refused with a hint, and booleans, positive integers, durations and sizes are parsed with one
+refused with a hint, client settings no ADS client honours (``interceptor.classes``) are
+refused, and booleans, positive integers, durations and sizes are parsed with one
 "option '<name>' ..." message each. Pure: no connection is opened and nothing heavy is imported.
 """
 
@@ -24,6 +25,13 @@ _BYTE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
                "t": 1 << 40, "tb": 1 << 40}
 
 
+# Client settings neither side of format("ads") can honour; passing them through would accept them silently.
+_CLIENT_KEYS_UNSUPPORTED = {
+    "interceptor.classes": "the ADS clients run no interceptors (Spark's Kafka source refuses them too: "
+                           "an interceptor could change the records a query reads)",
+}
+
+
 def lower_keys(options: Mapping[str, Any]) -> dict[str, str]:
     """Spark hands Python data sources case-insensitive options; normalise to lower case."""
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
@@ -36,6 +44,9 @@ def parse_client_config(opts: Mapping[str, str]) -> dict[str, str]:
         raise InvalidConfigError(f"option '{kafka_keys[0]}' uses the Kafka prefix; "
                                  f"ADS options start with 'ads.' (e.g. 'ads.{kafka_keys[0][6:]}')")
     config = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
+    for key, reason in _CLIENT_KEYS_UNSUPPORTED.items():
+        if key in config:
+            raise InvalidConfigError(f"option 'ads.{key}' is not supported: {reason}")
     servers = config.get("bootstrap.servers", "").strip()
     if not servers:
         raise InvalidConfigError("option 'ads.bootstrap.servers' is required: a comma-separated list of "

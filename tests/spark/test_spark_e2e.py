@@ -10,11 +10,11 @@ failOnDataLoss on a topic that is deleted and re-created under a running query.
 from __future__ import annotations
 
 import uuid
-import zlib
 
 import pytest
 from chispa import assert_df_equality
 
+from ads_spark.protocol.partitioner import key_partition
 from tests.fixtures.spark import new_topic, produce, reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -49,7 +49,10 @@ def test_batch_read_offsets_json_and_timestamps(spark, admin, bootstrap):
     assert assigned.select("partition").distinct().collect()[0].partition == 1 and assigned.count() == 6
     last_ms = max(r.ts for r in reader(spark, bootstrap, subscribe=topic).selectExpr(
         "CAST(unix_micros(timestamp) / 1000 AS BIGINT) AS ts").collect())
-    assert reader(spark, bootstrap, subscribe=topic, startingTimestamp=str(last_ms + 1)).count() == 0
+    with pytest.raises(Exception, match=f"{topic}-0 has no record with a timestamp at or after {last_ms + 1} ms"):
+        reader(spark, bootstrap, subscribe=topic, startingTimestamp=str(last_ms + 1)).count()
+    assert reader(spark, bootstrap, subscribe=topic, startingTimestamp=str(last_ms + 1),
+                  startingOffsetsByTimestampStrategy="latest").count() == 0
     assert reader(spark, bootstrap, subscribe=topic, endingTimestamp=str(last_ms + 1)).count() == 12
 
 
@@ -71,7 +74,7 @@ def test_batch_write_routes_by_key_partition_and_topic(spark, admin, bootstrap):
                                 "partition")
     counts = {first: 3, second: 2}
     expected = spark.createDataFrame(
-        [(k, v, t, p if p is not None else zlib.crc32(k.encode()) % counts[t]) for k, v, t, p in rows],
+        [(k, v, t, p if p is not None else key_partition(k.encode(), counts[t])) for k, v, t, p in rows],
         actual.schema)
     assert_df_equality(actual, expected, ignore_row_order=True)
 
@@ -84,6 +87,29 @@ def test_batch_write_with_topic_option_and_headers(spark, admin, bootstrap):
         .option("topic", topic).save()
     row = reader(spark, bootstrap, subscribe=topic, includeHeaders="true").collect()[0]
     assert (row.value, row.key, row.headers[0].key, bytes(row.headers[0].value)) == (b"a", None, "h", b"1")
+
+
+def test_records_without_headers_read_back_as_null_and_round_trip(spark, admin, bootstrap):
+    topic, copy = new_topic(admin, partitions=1), new_topic(admin, partitions=1)
+    produce(bootstrap, topic, [(0, None, b"bare", None), (0, None, b"empty", []), (0, None, b"one", [("h", b"1")])])
+    df = reader(spark, bootstrap, subscribe=topic, includeHeaders="true")
+    assert {r.value: r.headers for r in df.select("value", "headers").collect()}[b"bare"] is None
+    assert df.where("headers IS NULL").count() == 2
+    df.select("value", "headers").write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap) \
+        .option("topic", copy).save()
+    back = {bytes(r.value): r.headers for r in reader(spark, bootstrap, subscribe=copy, includeHeaders="true")
+            .select("value", "headers").collect()}
+    assert back[b"bare"] is None and back[b"empty"] is None and back[b"one"][0].key == "h"
+
+
+def test_batch_dataframe_run_again_resolves_earliest_and_latest_then(spark, admin, bootstrap):
+    topic = new_topic(admin, partitions=2)
+    produce(bootstrap, topic, [(i % 2, None, b"x", None) for i in range(6)])
+    df = reader(spark, bootstrap, subscribe=topic, minPartitions="3")
+    assert df.count() == 6
+    produce(bootstrap, topic, [(1, None, b"y", None) for _ in range(5)])
+    assert df.count() == 11  # Spark's connector resolves latest when the read runs, not when first planned
+    assert sorted(r.offset for r in df.where("partition = 1").select("offset").collect()) == list(range(8))
 
 
 def test_batch_write_to_missing_topic_fails_the_task(spark, bootstrap):

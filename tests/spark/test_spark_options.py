@@ -73,3 +73,21 @@ def test_write_column_errors(spark):
     with pytest.raises(Exception) as excinfo:
         no_topic.write.format("ads").mode("append").options(**BOOTSTRAP).save()
     assert "no topic to write to" in error_text(excinfo)
+
+
+def test_interceptors_and_a_bad_timestamp_strategy_refused_at_load(spark):
+    with pytest.raises(Exception) as excinfo:
+        spark.read.format("ads").options(**BOOTSTRAP, subscribe="t", **{"ads.interceptor.classes": "I"}).load()
+    assert "option 'ads.interceptor.classes' is not supported" in error_text(excinfo)
+    with pytest.raises(Exception) as excinfo:
+        spark.readStream.format("ads").options(**BOOTSTRAP, subscribe="t",
+                                               startingOffsetsByTimestampStrategy="earliest").load()
+    assert "'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'" in error_text(excinfo)
+
+
+def test_an_ads_option_the_producer_does_not_read_is_refused_when_the_write_starts(spark):
+    """Refused by the driver's option check, in its words, not by a Producer built in a task."""
+    df = spark.range(1).selectExpr("CAST(id AS STRING) AS value")
+    with pytest.raises(Exception) as excinfo:
+        df.write.format("ads").mode("append").options(**BOOTSTRAP, topic="t", **{"ads.lingr.ms": "5"}).save()
+    assert "option 'ads.lingr.ms' is not a producer setting" in error_text(excinfo)

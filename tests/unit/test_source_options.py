@@ -3,6 +3,7 @@
 import pytest
 
 from ads_spark.errors import InvalidConfigError
+from ads_spark.spark.sink.options import parse_sink_options
 from ads_spark.spark.source.options import EARLIEST, LATEST, parse_source_options
 
 BASE = {"ads.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
@@ -45,6 +46,13 @@ def test_options_are_case_insensitive_and_client_options_pass_through():
 def test_forbidden_consumer_settings():
     rejects("use startingOffsets", **{"ads.auto.offset.reset": "earliest"})
     rejects("checkpoint", **{"ads.group.id": "g"})
+
+
+def test_interceptors_refused_by_source_and_sink():
+    rejects("'ads.interceptor.classes' is not supported", **{"ads.interceptor.classes": "com.example.I"})
+    with pytest.raises(InvalidConfigError, match="'ads.interceptor.classes' is not supported"):
+        parse_sink_options({"ads.bootstrap.servers": "127.0.0.1:9092", "topic": "t",
+                            "ads.interceptor.classes": "com.example.I"})
 
 
 def test_exactly_one_subscription_kind():

@@ -19,6 +19,7 @@ from ads_spark.spark.source.planning import (
     partitions_without_start,
     plan_batch,
     plan_ranges,
+    proportional_shares,
     reconcile,
     split_ranges,
     timestamp_lookups,
@@ -142,6 +143,30 @@ def test_retention_loss_resumes_at_log_start_and_hw_lag_is_not_loss():
     assert end.offsets == {("orders", 0): 100, ("orders", 1): 50, ("audit", 0): 9}
 
 
+def test_empty_answer_never_logs_an_empty_offset_map_spark_41375():
+    start = offset({"orders": "id1", "audit": "id2"}, orders_0=60, orders_1=20, audit_0=5)
+    for fail in (True, False):
+        assert next_end(start, {}, None, now_ms=0, last_trigger_ms=0, record_bytes={}, target=None,
+                        fail_on_data_loss=fail) == start
+
+
+def test_a_topic_missing_from_the_answer_keeps_its_offsets_and_resumes_there():
+    start = offset({"orders": "id1", "audit": "id2"}, orders_0=60, orders_1=20, audit_0=5)
+    without_audit = {"orders": SNAP["orders"]}
+    end = next_end(start, without_audit, None, now_ms=0, last_trigger_ms=0, record_bytes={}, target=None,
+                   fail_on_data_loss=False)
+    assert end.topic_ids == {"orders": "id1", "audit": "id2"}
+    assert end.offsets == {("orders", 0): 100, ("orders", 1): 50, ("audit", 0): 5}
+    back = next_end(end, SNAP, None, now_ms=0, last_trigger_ms=0, record_bytes={}, target=None,
+                    fail_on_data_loss=True)
+    assert plan_ranges(end, back, {}) == [OffsetRange("audit", 0, "id2", 5, 7)]  # not re-read from 0
+    # reported once: the planner passes the topics it already reported as absent
+    assert reconcile(end, without_audit, reported_absent={"audit"})[1] == []
+    with pytest.raises(DataLossError, match="audit: the topic was deleted"):
+        next_end(end, without_audit, None, now_ms=0, last_trigger_ms=0, record_bytes={}, target=None,
+                 fail_on_data_loss=True)
+
+
 # ---- admission control ------------------------------------------------------------------
 
 
@@ -152,12 +177,27 @@ def test_fair_shares_is_max_min_fair_and_exact():
     assert sum(shares.values()) == 10 and max(shares.values()) - min(shares.values()) <= 1
 
 
-def test_max_offsets_per_trigger_shared_fairly():
+def test_max_offsets_per_trigger_split_in_proportion_to_backlog_as_spark():
     start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
     hw = {("t", 0): 3, ("t", 1): 1000, ("t", 2): 1000}
     end = admit(start, hw, AdmissionLimits(max_offsets=100), now_ms=0, last_trigger_ms=0, record_bytes={})
-    assert end == {("t", 0): 3, ("t", 1): 48, ("t", 2): 49} or end == {("t", 0): 3, ("t", 1): 49, ("t", 2): 48}
+    # Spark: 100 * 3/2003 rounds up to 1, 100 * 1000/2003 rounds down to 49; here the cap is used exactly.
+    assert end == {("t", 0): 1, ("t", 1): 50, ("t", 2): 49}
     assert admit(start, hw, None, now_ms=0, last_trigger_ms=0, record_bytes={}) == hw
+    skewed = admit(start, {("t", 0): 100, ("t", 1): 300, ("t", 2): 600}, AdmissionLimits(max_offsets=10),
+                   now_ms=0, last_trigger_ms=0, record_bytes={})
+    assert skewed == {("t", 0): 1, ("t", 1): 3, ("t", 2): 6}
+
+
+def test_proportional_shares_never_exceed_the_cap_and_are_deterministic():
+    assert proportional_shares({"a": 5, "b": 5}, 100) == {"a": 5, "b": 5}
+    assert proportional_shares({"a": 1, "b": 1, "c": 1, "d": 0}, 2) == {"a": 1, "b": 1, "c": 0, "d": 0}
+    for budget in range(0, 40):
+        demands = {"a": 7, "b": 1, "c": 31, "d": 0, "e": 12}
+        shares = proportional_shares(demands, budget)
+        assert sum(shares.values()) == min(budget, sum(demands.values()))
+        assert all(0 <= shares[k] <= demands[k] for k in demands)
+        assert shares == proportional_shares(dict(reversed(list(demands.items()))), budget)
 
 
 def test_min_offsets_waits_until_max_trigger_delay():

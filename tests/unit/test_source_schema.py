@@ -47,6 +47,13 @@ def test_conversion_matches_the_arrow_schema_spark_expects(include_headers):
         assert table.column("headers").to_pylist()[0] == [{"key": "h", "value": b"x"}]
 
 
+def test_records_without_headers_read_back_as_null_as_from_kafka():
+    table = records().set_column(4, "headers", pa.array([[{"key": "h", "value": b"x"}], [], None],
+                                                        RECORD_SCHEMA.field("headers").type))
+    headers = pa.Table.from_batches(to_spark_batches(table, "orders", 0, True)).column("headers")
+    assert headers.to_pylist() == [[{"key": "h", "value": b"x"}], None, None]
+
+
 def test_empty_table_gives_no_batches():
     assert to_spark_batches(RECORD_SCHEMA.empty_table(), "t", 0, False) == []
 

@@ -9,10 +9,11 @@ Kafka sink: ``value`` (required, binary or string), ``key`` (binary or string),
 job that copies one topic into another keeps the original times; without it the
 records get the write time. Other columns are ignored, as in Kafka's sink.
 
-Checked twice: the Spark schema on the driver when the write starts (clear
-errors before any task runs), and each Arrow batch on executors. The client
-pass-through (``ads.*``) and booleans are read as the source reads them
-(``ads_spark.spark.options``).
+Checked twice: the options and the Spark schema on the driver when the write
+starts (clear errors before any task runs), and each Arrow batch on executors.
+The client pass-through (``ads.*``) and booleans are read as the source reads them
+(``ads_spark.spark.options``); an ``ads.<key>`` the producer does not read
+(``config.PRODUCER_KEYS``) is refused then, not only when a task builds it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ads_spark.config import PRODUCER_KEYS
 from ads_spark.errors import InvalidConfigError, InvalidRequestError
 from ads_spark.protocol.records import HEADER_TYPE, PRODUCE_SCHEMA, now_ms
 from ads_spark.spark.options import lower_keys, option_bool, parse_client_config
@@ -60,6 +62,10 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     opts = lower_keys(options)
     config = parse_client_config(opts)
+    unknown = sorted(key for key in config if key not in PRODUCER_KEYS)
+    if unknown:  # on the driver: the Producer would refuse it only in a task
+        raise InvalidConfigError(f"option 'ads.{unknown[0]}' is not a producer setting the ads sink can pass on "
+                                 f"(known: {', '.join('ads.' + k for k in sorted(PRODUCER_KEYS))})")
     acks = config.get("acks", "all").strip().lower()
     if acks not in ACKS_CHOICES:
         raise InvalidConfigError(f"option 'ads.acks' must be 0, 1 or all, got {config['acks']!r}")

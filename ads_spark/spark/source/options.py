@@ -34,6 +34,10 @@ LATEST = -1  # in offsets JSON: the high watermark of the partition
 
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
 
+# startingOffsetsByTimestampStrategy: what a partition with no record at or after the starting
+# timestamp does. "error" (Spark's default) fails the query naming it; "latest" starts it at its end.
+TIMESTAMP_STRATEGIES = ("error", "latest")
+
 # Kafka consumer settings the source decides itself; setting them is a mistake.
 _CLIENT_KEYS_FORBIDDEN = {
     "group.id": "the source tracks offsets in the Spark checkpoint, not in a consumer group",
@@ -100,6 +104,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
     max_bytes_per_trigger: int | None = None
+    starting_timestamp_strategy: str = "error"  # one of TIMESTAMP_STRATEGIES
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -141,6 +146,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
         max_trigger_delay_ms=parse_duration_ms(opts.get("maxtriggerdelay"), "maxTriggerDelay",
                                                MAX_TRIGGER_DELAY_MS_DEFAULT),
         max_bytes_per_trigger=parse_bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger"),
+        starting_timestamp_strategy=_timestamp_strategy(opts),
     )
 
 
@@ -270,6 +276,14 @@ def _load_json(raw: str, option: str, example: str) -> dict:
     if not isinstance(parsed, dict) or not parsed:
         raise InvalidConfigError(f"option '{option}' must be a non-empty JSON object; {example}")
     return parsed
+
+
+def _timestamp_strategy(opts: Mapping[str, str]) -> str:
+    raw = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if raw not in TIMESTAMP_STRATEGIES:
+        raise InvalidConfigError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+                                 f"got {opts['startingoffsetsbytimestampstrategy']!r}")
+    return raw
 
 
 def _non_negative(raw: str, option: str) -> int:

@@ -4,9 +4,9 @@ Owns every decision about *which offsets* a query reads: resolving
 startingOffsets/endingOffsets (earliest, latest, JSON, timestamps) against a
 snapshot of the cluster, noticing lost data (a topic deleted or re-created, offsets
 removed by retention), picking up new partitions from their earliest offset,
-admission control for a micro-batch (maxOffsetsPerTrigger shared fairly,
-minOffsetsPerTrigger with maxTriggerDelay, a byte budget, Trigger.AvailableNow's
-target) and cutting offset ranges into Spark input partitions.
+admission control for a micro-batch (maxOffsetsPerTrigger split in proportion to each
+partition's backlog, minOffsetsPerTrigger with maxTriggerDelay, a byte budget,
+Trigger.AvailableNow's target) and cutting offset ranges into Spark input partitions.
 
 Nothing here opens a socket or reads a clock: the readers (``reader.py``) fetch
 the snapshot, timestamp lookups and ``now_ms`` and pass them in, so every rule is
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
-from typing import Hashable, Mapping, Sequence, TypeVar
+from dataclasses import dataclass, replace
+from typing import Collection, Hashable, Mapping, Sequence, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
@@ -175,16 +175,19 @@ def plan_batch(starting: OffsetSpec, ending: OffsetSpec, snapshot: Snapshot,
 # ---- streaming: reconcile the previous end with the cluster, then admit -----------
 
 
-def reconcile(start: SourceOffset, snapshot: Snapshot) -> tuple[dict[TopicPartitionKey, int], list[DataLoss]]:
+def reconcile(start: SourceOffset, snapshot: Snapshot, *, reported_absent: Collection[str] = ()
+              ) -> tuple[dict[TopicPartitionKey, int], list[DataLoss]]:
     """Where each partition of the snapshot really resumes, and what was lost on the way.
 
     New topics and partitions resume at their log start (not a loss). A topic that
     was deleted, re-created (new incarnation) or whose unread offsets were removed by
     retention is a loss; reading resumes at the earliest offset still stored.
     An offset above the HW (a new leader whose HW has not caught up) is kept: no data yet.
+    ``reported_absent``: topics whose absence was already reported (not reported again).
     """
     resume: dict[TopicPartitionKey, int] = {}
-    losses = [DataLoss(t, None, "the topic was deleted") for t in sorted(set(start.topic_ids) - set(snapshot))]
+    gone = sorted(set(start.topic_ids) - set(snapshot) - set(reported_absent))
+    losses = [DataLoss(t, None, "the topic was deleted") for t in gone]
     for topic, state in sorted(snapshot.items()):
         old_id = start.topic_ids.get(topic)
         recreated = old_id not in (None, UNKNOWN_TOPIC_ID, state.topic_id)
@@ -217,6 +220,39 @@ def fair_shares(demands: Mapping[K, int], budget: int) -> dict[K, int]:
     return shares
 
 
+def proportional_shares(demands: Mapping[K, int], budget: int) -> dict[K, int]:
+    """maxOffsetsPerTrigger as Spark's Kafka source splits it: each key in proportion to its demand.
+
+    As Spark, a share below one record is rounded up so small partitions are not starved behind
+    large ones, and larger shares are rounded down. Unlike Spark, whose rounding can overshoot or
+    leave records of the budget unused, the total is exactly min(budget, sum of demands): round-ups
+    the budget has no room for are dropped (smallest shares first), and what the floors leave goes
+    to the largest remainders. Ties go by key order, so the same inputs always give the same split.
+    """
+    wanted = {k: max(0, d) for k, d in demands.items()}
+    total = sum(wanted.values())
+    if total <= budget:
+        return wanted
+    budget = max(0, budget)
+    asking = sorted((k for k, d in wanted.items() if d > 0), key=repr)
+    # Integer arithmetic: exact share = budget * demand / total = floor + remainder / total.
+    floors = {k: budget * wanted[k] // total for k in asking}
+    remainders = {k: budget * wanted[k] % total for k in asking}
+    shares = {k: 0 for k in wanted}
+    shares.update(floors)
+    raised = [k for k in asking if floors[k] == 0]
+    room = budget - sum(floors.values())
+    keep = sorted(raised, key=lambda k: (-remainders[k], repr(k)))[:room]
+    for k in keep:
+        shares[k] = 1
+    left = room - len(keep)
+    by_remainder = sorted((k for k in asking if k not in raised and remainders[k]),
+                          key=lambda k: (-remainders[k], repr(k)))
+    for k in by_remainder[:left]:
+        shares[k] += 1
+    return shares
+
+
 def admit(start: Mapping[TopicPartitionKey, int], available_end: Mapping[TopicPartitionKey, int],
           limits: AdmissionLimits | None, *, now_ms: int, last_trigger_ms: int,
           record_bytes: Mapping[TopicPartitionKey, float]) -> dict[TopicPartitionKey, int]:
@@ -234,7 +270,7 @@ def admit(start: Mapping[TopicPartitionKey, int], available_end: Mapping[TopicPa
         return dict(start)
     admitted = dict(backlog)
     if limits.max_offsets is not None:
-        admitted = fair_shares(admitted, limits.max_offsets)
+        admitted = proportional_shares(admitted, limits.max_offsets)
     if limits.max_bytes is not None:
         admitted = _bytes_cap(admitted, limits.max_bytes, record_bytes)
     return {k: s + admitted[k] for k, s in start.items()}
@@ -268,9 +304,18 @@ def cap_at_target(available_end: Mapping[TopicPartitionKey, int], start: Mapping
 
 def next_end(start: SourceOffset, snapshot: Snapshot, limits: AdmissionLimits | None, *, now_ms: int,
              last_trigger_ms: int, record_bytes: Mapping[TopicPartitionKey, float],
-             target: SourceOffset | None, fail_on_data_loss: bool) -> SourceOffset:
-    """latestOffset: reconcile the previous end with the cluster, then admit the next batch."""
-    resume, losses = reconcile(start, snapshot)
+             target: SourceOffset | None, fail_on_data_loss: bool,
+             reported_absent: Collection[str] = ()) -> SourceOffset:
+    """latestOffset: reconcile the previous end with the cluster, then admit the next batch.
+
+    Never shrinks (SPARK-41375): when no subscribed topic is visible (all deleted, or metadata
+    answering empty for a moment) the end is the start; topics and partitions missing from the
+    snapshot keep their offsets (``keep_absent``), so that when they are seen again they resume
+    where they were instead of counting as new and being read again from their start.
+    """
+    if not snapshot and start.offsets:
+        return start
+    resume, losses = reconcile(start, snapshot, reported_absent=reported_absent)
     raise_or_warn(losses, fail_on_data_loss)
     topic_ids = {t: s.topic_id for t, s in snapshot.items()}
     available = {(t, p): ps.high_watermark for t, s in snapshot.items() for p, ps in s.partitions.items()}
@@ -278,7 +323,25 @@ def next_end(start: SourceOffset, snapshot: Snapshot, limits: AdmissionLimits | 
         available = cap_at_target(available, resume, target, topic_ids)
     end = admit(resume, available, limits, now_ms=now_ms, last_trigger_ms=last_trigger_ms,
                 record_bytes=record_bytes)
-    return SourceOffset(topic_ids, end)
+    return keep_absent(start, SourceOffset(topic_ids, end))
+
+
+def keep_absent(start: SourceOffset, end: SourceOffset) -> SourceOffset:
+    """``end`` plus what ``start`` knows and ``end`` lacks: topics missing from the cluster's answer,
+    and partitions of a same-incarnation topic that were not answered for."""
+    topic_ids, offsets, epochs = dict(end.topic_ids), dict(end.offsets), dict(end.epochs)
+    for (topic, p), offset in start.offsets.items():
+        old_id = start.topic_ids.get(topic, UNKNOWN_TOPIC_ID)
+        if topic not in topic_ids:
+            topic_ids[topic] = old_id
+        same_incarnation = old_id in (UNKNOWN_TOPIC_ID, topic_ids[topic])
+        if same_incarnation and (topic, p) not in offsets:
+            offsets[(topic, p)] = offset
+            if (topic, p) in start.epochs:
+                epochs[(topic, p)] = start.epochs[(topic, p)]
+    for topic, old_id in start.topic_ids.items():
+        topic_ids.setdefault(topic, old_id)
+    return replace(end, topic_ids=topic_ids, offsets=offsets, epochs=epochs)
 
 
 # ---- streaming: ranges of a micro-batch, and splitting -----------------------------

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 from ads_spark.errors import AdsError, OffsetOutOfRangeError
 from ads_spark.protocol.records import now_ms
 from ads_spark.spark import clients
-from ads_spark.spark.source import lookups
+from ads_spark.spark.source import lookups, truncation
 from ads_spark.spark.source.offsets import SourceOffset, latest_of
 from ads_spark.spark.source.options import SourceOptions
 from ads_spark.spark.source.planning import (
@@ -53,6 +53,7 @@ from ads_spark.spark.source.planning import (
     timestamp_lookups,
 )
 from ads_spark.spark.source.prefetch import read_ahead
+from ads_spark.spark.source.resolution import DeferredRange, check_starting_timestamps, defer_batch
 from ads_spark.spark.source.schema import to_spark_batches
 
 log = logging.getLogger("ads.spark.source")
@@ -142,7 +143,15 @@ def _skip_to_log_start(admin, r: OffsetRange, position: int, fail_on_data_loss: 
     return log_start
 
 
+def _read_resolved(options: SourceOptions, piece: DeferredRange) -> Iterator[pa.RecordBatch]:
+    """A batch task whose offsets follow earliest/latest/timestamps: resolved now, then read."""
+    admin = clients.admin_for(options.client_config)
+    yield from read_range(options, lookups.resolve_piece(admin, piece, options.starting_timestamp_strategy))
+
+
 def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, DeferredRange):
+        return read_ahead(lambda: _read_resolved(options, partition))
     if not isinstance(partition, OffsetRange):  # Spark's placeholder when there is nothing to read
         return iter(())
     return read_ahead(lambda: read_range(options, partition))
@@ -155,14 +164,19 @@ class AdsBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions):
         self.options = options
 
-    def partitions(self) -> list[OffsetRange]:
+    def partitions(self) -> list[OffsetRange | DeferredRange]:
+        """Planned once per DataFrame (pyspark keeps the result), so ends that follow an option
+        are resolved again by each task when it reads (``resolution.py``); planning checks them
+        now too, so that a bad option fails before any task runs."""
         o = self.options
         admin = clients.admin_for(o.client_config)
         snapshot = lookups.take_snapshot(admin, o.subscription, require_existing=True)
         start_ts = lookups.offsets_for_timestamps(admin, timestamp_lookups(o.starting, snapshot))
+        start_ts = check_starting_timestamps(o.starting, snapshot, start_ts, o.starting_timestamp_strategy)
         end_ts = lookups.offsets_for_timestamps(admin, timestamp_lookups(o.ending, snapshot))
         ranges = plan_batch(o.starting, o.ending, snapshot, start_ts, end_ts, o.fail_on_data_loss)
-        return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+        pieces = split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+        return defer_batch(pieces, o.starting, o.ending, snapshot)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(self.options, partition)
@@ -178,16 +192,25 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_ms: int | None = None  # when the last non-empty batch was admitted
         self._available_now_target: dict | None = None  # offsets JSON seen at AvailableNow start
         self._latest_seen: dict | None = None  # HWs of the last snapshot, for reportLatestOffset
+        self._absent_reported: frozenset = frozenset()  # subscribed topics already reported deleted
 
     def _snapshot(self):
+        """Partitions that cannot answer now (no leader) are left out: they keep their offsets (lookups.py)."""
         admin = clients.admin_for(self.options.client_config)
         return admin, lookups.take_snapshot(admin, self.options.subscription, require_existing=False)
 
+    def _complete_snapshot(self):
+        """Every existing partition, waiting (bounded) for leaders: startingOffsets applies to each of them."""
+        admin = clients.admin_for(self.options.client_config)
+        return admin, lookups.take_complete_snapshot(admin, self.options.subscription)
+
     def initialOffset(self) -> dict:
-        admin, snapshot = self._snapshot()
+        admin, snapshot = self._complete_snapshot()
         ts_offsets = lookups.offsets_for_timestamps(admin, timestamp_lookups(self.options.starting, snapshot))
-        return initial_offset(self.options.starting, snapshot, ts_offsets,
-                              self.options.fail_on_data_loss).to_json_dict()
+        ts_offsets = check_starting_timestamps(self.options.starting, snapshot, ts_offsets,
+                                               self.options.starting_timestamp_strategy)
+        first = initial_offset(self.options.starting, snapshot, ts_offsets, self.options.fail_on_data_loss)
+        return truncation.with_epochs(first, None, snapshot).to_json_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.options
@@ -220,6 +243,10 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_trigger_ms = now
         limits = self.admission_limits(limit)
         start_offset = SourceOffset.from_json_dict(start)
+        rewound, snapshot = self._rewind_truncated(start_offset, snapshot)
+        if rewound is not None:  # a batch that only moves truncated partitions back (truncation.py)
+            self._latest_seen = latest_of(snapshot).to_json_dict()
+            return rewound.to_json_dict()
         record_bytes = {}
         if limits is not None and limits.max_bytes is not None:
             consumer = clients.consumer_for(self.options.client_config)
@@ -228,18 +255,35 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         target = SourceOffset.from_json_dict(self._available_now_target) if self._available_now_target else None
         end = next_end(start_offset, snapshot, limits, now_ms=now, last_trigger_ms=self._last_trigger_ms,
                        record_bytes=record_bytes, target=target,
-                       fail_on_data_loss=self.options.fail_on_data_loss).to_json_dict()
+                       fail_on_data_loss=self.options.fail_on_data_loss,
+                       reported_absent=self._absent_reported)
+        end = truncation.with_epochs(end, start_offset, snapshot).to_json_dict()
+        if snapshot:  # a deleted topic is kept in the offsets (SPARK-41375); report it once, not every trigger
+            self._absent_reported = frozenset(set(start_offset.topic_ids) - set(snapshot))
         if end != start:
             self._last_trigger_ms = now
         self._latest_seen = latest_of(snapshot).to_json_dict()
         return end
+
+    def _rewind_truncated(self, start: SourceOffset, snapshot):
+        """KIP-320: after a leader change, ask the leader whether what was read below ``start`` is still in its
+        log; an unclean election's truncation fails the query or rewinds (failOnDataLoss, truncation.py).
+        Returns the rewound offset or None, and the snapshot less partitions whose leader could not answer
+        (left unchecked, they must not move this trigger)."""
+        wanted = truncation.offsets_to_check(start, snapshot)
+        if not wanted:
+            return None, snapshot
+        answers = lookups.epoch_end_offsets(clients.consumer_for(self.options.client_config), wanted)
+        snapshot = lookups.without_partitions(snapshot, set(wanted) - set(answers))
+        return truncation.rewind(start, truncation.truncations(start, answers),
+                                 self.options.fail_on_data_loss), snapshot
 
     def reportLatestOffset(self) -> dict | None:
         """The high watermarks seen by the last latestOffset call (no extra request)."""
         return self._latest_seen
 
     def prepareForTriggerAvailableNow(self) -> None:
-        _, snapshot = self._snapshot()
+        _, snapshot = self._complete_snapshot()
         self._available_now_target = latest_of(snapshot).to_json_dict()
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:

@@ -10,7 +10,8 @@ Spark checks that the Arrow batches a Python source yields have exactly the
 Arrow schema it derives from the Spark schema (``to_arrow_schema`` with UTC), so
 the target Arrow schema is computed from the Spark schema, never written by hand.
 Everything is column-at-a-time pyarrow: constant columns are repeated scalars,
-the timestamp is one cast; no Python runs per row.
+the timestamp is one cast, empty header lists become nulls in one
+``if_else``; no Python runs per row.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -83,12 +85,21 @@ def to_spark_batches(table: pa.Table, topic: str, partition: int, include_header
         "timestampType": pa.repeat(pa.scalar(timestamp_type, pa.int32()), rows),
     }
     if include_headers:
-        columns["headers"] = table.column("headers")
+        columns["headers"] = _null_when_empty(table.column("headers"))
     arrays = [_conform(columns[f.name], f.type) for f in target]
     out = pa.Table.from_arrays(arrays, schema=target)
     # One batch per call instead of one per stored batch: Spark pays a fixed cost per Arrow batch
     # it receives from a Python data source, and stored batches can be small (a producer's linger).
     return out.combine_chunks().to_batches() if rows else []
+
+
+def _null_when_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A record without headers reads back as null, as from Spark's Kafka source, whether it was
+    stored with an empty list (a client producer) or a null (the sink without a headers column)."""
+    if headers.null_count == len(headers):
+        return headers
+    empty = pc.equal(pc.list_value_length(headers), 0)
+    return pc.if_else(empty, pa.scalar(None, headers.type), headers)
 
 
 def _conform(column: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray:
