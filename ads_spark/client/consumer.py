@@ -24,6 +24,7 @@ from ads_spark.errors import (
     AdsError,
     ErrorCode,
     InvalidRequestError,
+    LeaderNotAvailableError,
     LogTruncationError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
@@ -192,15 +193,12 @@ class Consumer:
         refresh metadata and ask again within default.api.timeout.ms. Answers carry the leader epoch asked in."""
         results: dict[tuple[str, int], dict] = {}
         deadline = time.monotonic() + self.api_timeout_ms / 1000
+        no_leader: LeaderNotAvailableError | None = None
         for attempt in itertools.count():
             if attempt and time.monotonic() >= deadline:
                 break
-            by_leader: dict[int, list] = {}
-            for key in keys:
-                if key not in results:
-                    meta, _ = self._connections.leader_of(*key)
-                    by_leader.setdefault(meta.leader, []).append((key, meta))
-            retry = False
+            by_leader, no_leader = self._group_by_leader([key for key in keys if key not in results])
+            retry = no_leader is not None
             for leader, group in by_leader.items():
                 asked_epoch = {key: meta.leader_epoch for key, meta in group}
                 try:
@@ -224,8 +222,26 @@ class Consumer:
                         results[key] = {**item, "current_leader_epoch": asked_epoch.get(key, -1)}
             if not retry:
                 return results
-            backoff_sleep(attempt, self._connections.retry_backoff_ms)
+            remaining_ms = int((deadline - time.monotonic()) * 1000)  # a back-off never outlasts the bound
+            backoff_sleep(attempt, self._connections.retry_backoff_ms, max_ms=max(0, min(1000, remaining_ms)))
+        if no_leader is not None:
+            raise no_leader  # the typed error, naming the partition still without a leader
         raise RequestTimedOutError(f"{what} did not succeed within default.api.timeout.ms={self.api_timeout_ms}")
+
+    def _group_by_leader(self, keys: list[tuple[str, int]]
+                         ) -> tuple[dict[int, list], LeaderNotAvailableError | None]:
+        """The partitions grouped by their leader, and the error for the last one without a leader (mid
+        election: retried like any retriable error; ``leader_of`` already marked the metadata stale)."""
+        by_leader: dict[int, list] = {}
+        no_leader: LeaderNotAvailableError | None = None
+        for key in keys:
+            try:
+                meta, _ = self._connections.leader_of(*key)
+            except LeaderNotAvailableError as exc:
+                no_leader = exc
+                continue
+            by_leader.setdefault(meta.leader, []).append((key, meta))
+        return by_leader, no_leader
 
     # ---- KIP-320: checking a position after a leader change ---------------------------
 

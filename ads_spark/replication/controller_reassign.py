@@ -37,9 +37,9 @@ def run_start_reassignments(state: ControllerState, item: StartReassignments, ou
         view = state.views.get(key)
         if view is None or key in state.reassignments:
             continue
-        if reassignment.validate(target, state.live) is not ErrorCode.NONE:
+        if reassignment.validate(target, state.live, view.observers) is not ErrorCode.NONE:
             out.append(Log("warning", f"controller: reassignment of {key[0]}-{key[1]} to {target} refused "
-                                      "(brokers not all alive)"))
+                                      "(brokers not all alive, or one is an observer of the partition)"))
             continue
         plan = reassignment.begin(view.replicas, target)
         then = (BeginApplied(key, target, plan.replicas, view.replicas, item.throttle),

@@ -36,13 +36,24 @@ class Plan:
     removing: tuple[int, ...]
 
 
-def validate(target: Sequence[int], live: Iterable[int]) -> ErrorCode:
-    """NONE if ``target`` is a usable replica list (distinct, non-empty, all registered brokers)."""
+def validate(target: Sequence[int], live: Iterable[int], observers: Iterable[int] = ()) -> ErrorCode:
+    """NONE if ``target`` is a usable replica list (distinct, non-empty, all registered brokers, none of them
+    one of the partition's ``observers``)."""
     if not target or len(set(target)) != len(target):
         return ErrorCode.INVALID_REPLICA_ASSIGNMENT
     if set(target) - set(live):
         return ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    if observers_among(target, observers):
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT
     return ErrorCode.NONE
+
+
+def observers_among(target: Sequence[int], observers: Iterable[int]) -> tuple[int, ...]:
+    """The target replicas that are observers of the partition, in target order. A broker holds one role per
+    partition (topic creation refuses both too): as a replica it would join the ISR and elections that the
+    observer role keeps it out of."""
+    observing = set(observers)
+    return tuple(r for r in target if r in observing)
 
 
 def begin(current: Sequence[int], target: Sequence[int]) -> Plan:

@@ -91,3 +91,10 @@ def test_an_ads_option_the_producer_does_not_read_is_refused_when_the_write_star
     with pytest.raises(Exception) as excinfo:
         df.write.format("ads").mode("append").options(**BOOTSTRAP, topic="t", **{"ads.lingr.ms": "5"}).save()
     assert "option 'ads.lingr.ms' is not a producer setting" in error_text(excinfo)
+
+
+def test_an_ads_option_the_consumer_does_not_read_is_refused_at_load(spark):
+    """Refused by the driver's option check at load(), in its words, not by a Consumer built in a task."""
+    with pytest.raises(Exception) as excinfo:
+        spark.read.format("ads").options(**BOOTSTRAP, subscribe="t", **{"ads.max.poll.record": "5"}).load()
+    assert "option 'ads.max.poll.record' is not a consumer setting" in error_text(excinfo)

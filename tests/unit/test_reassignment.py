@@ -47,3 +47,10 @@ def test_complete_never_elects_a_dead_or_out_of_sync_target():
     d = R.complete(view((2, 3, 1), 1, (1, 2, 3)), (2, 3), frozenset({1, 3}), 7)
     assert d is not None and d.new_state.leader == 3
     assert NO_LEADER not in (d.new_state.leader,)
+
+
+def test_validate_refuses_a_target_that_names_an_observer_of_the_partition():
+    assert R.validate([1, 2], {1, 2, 3}, observers=(3,)) is ErrorCode.NONE
+    assert R.validate([1, 3], {1, 2, 3}, observers=(3,)) is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert R.observers_among([4, 3, 1], [1, 3]) == (3, 1)
+    assert R.observers_among([1, 2], []) == ()

@@ -131,3 +131,16 @@ def test_numbers_booleans_durations_sizes():
     rejects("'maxTriggerDelay' must be a duration", maxTriggerDelay="5 fortnights")
     rejects("'maxBytesPerTrigger' must be a positive size", maxBytesPerTrigger="0")
     rejects("must not exceed", maxOffsetsPerTrigger="5", minOffsetsPerTrigger="6")
+
+
+@pytest.mark.parametrize("option", ["ads.max.poll.record", "ads.linger.ms", "ads.acks", "ads.enable.idempotence"])
+def test_an_ads_option_the_consumer_does_not_read_is_refused_at_load(option):
+    """On the driver, naming the option, for both modes and the mode-neutral parse of load()."""
+    for streaming in (None, True, False):
+        rejects(f"option '{option}' is not a consumer setting", streaming=streaming, **{option: "5"})
+
+
+def test_every_consumer_setting_passes_through():
+    settings = {"ads.max.poll.records": "7", "ads.local.reads": "false", "ads.fetch.max.wait.ms": "50",
+                "ads.default.api.timeout.ms": "9000", "ads.retry.backoff.ms": "10"}
+    assert parse(streaming=None, **settings).client_config["max.poll.records"] == "7"

@@ -13,6 +13,7 @@ from typing import Any
 
 from ads_spark.protocol import wire
 from ads_spark.protocol.names import validate_topic_name
+from ads_spark.replication import reassignment
 from ads_spark.config import TOPIC_KEYS, validate_topic_config
 from ads_spark.errors import (
     BrokerNotAvailableError,
@@ -67,7 +68,8 @@ class AdminHandlers:
             what = "reassignment partition"
             topic, number = wire.require(item, "topic", str, what), wire.require(item, "partition", int, what)
             replicas = wire.require(item, "replicas", list, what)
-            assignment = (membership.zk.read_topic(topic) or {}).get("assignment")
+            found = membership.zk.read_topic(topic) or {}
+            assignment = found.get("assignment")
             if assignment is None or number not in assignment:
                 raise UnknownTopicOrPartitionError(f"{topic}-{number} does not exist")
             if not replicas or len(set(replicas)) != len(replicas) or not all(isinstance(r, int) for r in replicas):
@@ -75,6 +77,11 @@ class AdminHandlers:
             if set(replicas) - live:
                 raise InvalidReplicaAssignmentError(
                     f"{topic}-{number}: brokers {sorted(set(replicas) - live)} are not alive")
+            observing = reassignment.observers_among(replicas, (found.get("observers") or {}).get(number, ()))
+            if observing:
+                raise InvalidReplicaAssignmentError(
+                    f"{topic}-{number}: brokers {list(observing)} are observers of the partition; a broker "
+                    "cannot hold both a replica and an observer of a partition")
             plan.append({"topic": topic, "partition": number, "replicas": replicas})
         throttle = wire.optional(body, "throttle_bytes_per_s", int, None, "alter_partition_reassignments")
         if throttle is not None and throttle <= 0:

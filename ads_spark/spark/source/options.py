@@ -9,7 +9,8 @@ readers work from typed values instead of strings.
 
 The client pass-through (``ads.<name>`` -> ``<name>``) and the scalar kinds
 (booleans, positive integers, durations, sizes) are shared with the sink and
-live in ``ads_spark.spark.options``.
+live in ``ads_spark.spark.options``; an ``ads.<name>`` the consumer does not
+read (``config.CONSUMER_KEYS``) is refused here, at ``load()``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ads_spark.config import CONSUMER_KEYS
 from ads_spark.errors import InvalidConfigError
 from ads_spark.spark.options import (
     lower_keys,
@@ -126,6 +128,10 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
     for key in _CLIENT_KEYS_FORBIDDEN:
         if key in client_config:
             raise InvalidConfigError(f"option 'ads.{key}' is not supported: {_CLIENT_KEYS_FORBIDDEN[key]}")
+    unknown = sorted(key for key in client_config if key not in CONSUMER_KEYS)
+    if unknown:  # at load(), on the driver: the Consumer would refuse it only when a reader builds one
+        raise InvalidConfigError(f"option 'ads.{unknown[0]}' is not a consumer setting the ads source can pass on "
+                                 f"(known: {', '.join('ads.' + k for k in sorted(CONSUMER_KEYS))})")
     starting, ending = _parse_offset_specs(opts, streaming)
     max_offsets = positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     min_offsets = positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
