@@ -60,25 +60,26 @@ def _parse_enum(enum_cls, value: Any, field: str, error=InvalidRequestError):
     raise error(f"{field}: unknown {enum_cls.__name__} {shown(value)} (one of: {choices})")
 
 
-class ResourceType(Enum):
+class _ParsedEnum(Enum):
+    """An enum read from a request or a CLI flag; a bad value's error names ``field``, by default the
+    class name in snake case (``ResourceType`` -> ``resource_type``)."""
+
+    @classmethod
+    def parse(cls, value: Any, field: str | None = None):
+        return _parse_enum(cls, value, field or re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower())
+
+
+class ResourceType(_ParsedEnum):
     TOPIC = "Topic"
     CLUSTER = "Cluster"
 
-    @classmethod
-    def parse(cls, value: Any, field: str = "resource_type") -> ResourceType:
-        return _parse_enum(cls, value, field)
 
-
-class PatternType(Enum):
+class PatternType(_ParsedEnum):
     LITERAL = "Literal"
     PREFIXED = "Prefixed"
 
-    @classmethod
-    def parse(cls, value: Any, field: str = "pattern_type") -> PatternType:
-        return _parse_enum(cls, value, field)
 
-
-class Operation(Enum):
+class Operation(_ParsedEnum):
     READ = "Read"
     WRITE = "Write"
     CREATE = "Create"
@@ -91,18 +92,10 @@ class Operation(Enum):
     IDEMPOTENT_WRITE = "IdempotentWrite"
     ALL = "All"
 
-    @classmethod
-    def parse(cls, value: Any, field: str = "operation") -> Operation:
-        return _parse_enum(cls, value, field)
 
-
-class Permission(Enum):
+class Permission(_ParsedEnum):
     ALLOW = "Allow"
     DENY = "Deny"
-
-    @classmethod
-    def parse(cls, value: Any, field: str = "permission") -> Permission:
-        return _parse_enum(cls, value, field)
 
 
 # The operations an ALLOW ACL grants when asked for the key (besides the operation itself and All).
