@@ -142,15 +142,33 @@ def _offsets_of_answering(admin, tps) -> tuple[dict, dict, list[TopicPartitionKe
 
 
 def _ask_answering(connections, keys: list, ask, key_of) -> tuple[list, list[TopicPartitionKey]]:
-    """``[ask(keys)]``, or after a retriable failure (the Consumer has already retried within
-    default.api.timeout.ms) ``ask`` per leader, so one leaderless partition or one unreachable
-    broker costs only its own partitions: the answers, and the partitions that could not answer."""
+    """``[ask(keys)]`` for the partitions whose leader the metadata names, so a leaderless one costs
+    nothing (the Consumer would wait default.api.timeout.ms for it); after a retriable failure of
+    that call, ``ask`` per leader, so one unreachable broker costs only its own partitions: the
+    answers, and the partitions that could not answer."""
+    by_leader, unavailable = _group_by_leader(connections, keys, key_of)
+    led = [key for group in by_leader.values() for key in group]
     try:
-        return [ask(keys)] if keys else [], []
+        answers = [ask(led)] if led else []
     except AdsError as exc:
         if not _transient(exc):
             raise
-    answers, unavailable, by_leader = [], [], {}
+        answers = []
+        for _leader, group in sorted(by_leader.items()):
+            try:
+                answers.append(ask(group))
+            except AdsError as exc:
+                if not _transient(exc):
+                    raise
+                unavailable.extend(key_of(key) for key in group)
+    _warn_leaderless(unavailable)
+    return answers, sorted(unavailable)
+
+
+def _group_by_leader(connections, keys: list, key_of) -> tuple[dict[int, list], list[TopicPartitionKey]]:
+    """``keys`` by the leader the metadata names, and the partitions it names none for (mid election)."""
+    by_leader: dict[int, list] = {}
+    unavailable: list[TopicPartitionKey] = []
     for key in keys:
         try:
             meta, _ = connections.leader_of(*key_of(key))
@@ -160,15 +178,7 @@ def _ask_answering(connections, keys: list, ask, key_of) -> tuple[list, list[Top
             unavailable.append(key_of(key))
             continue
         by_leader.setdefault(meta.leader, []).append(key)
-    for _leader, group in sorted(by_leader.items()):
-        try:
-            answers.append(ask(group))
-        except AdsError as exc:
-            if not _transient(exc):
-                raise
-            unavailable.extend(key_of(key) for key in group)
-    _warn_leaderless(unavailable)
-    return answers, sorted(unavailable)
+    return by_leader, unavailable
 
 
 def _transient(exc: AdsError) -> bool:
