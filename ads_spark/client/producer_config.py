@@ -79,8 +79,8 @@ def parse_producer_settings(config: Mapping[str, Any]) -> ProducerSettings:
         if acks != -1:
             raise InvalidRequestError("ads.producer.id requires acks=all")
         idempotent = True
-        producer_id = int(config["ads.producer.id"])
-        producer_epoch = int(config.get("ads.producer.epoch", 0))
+        producer_id = parse_int(config["ads.producer.id"], name="ads.producer.id")
+        producer_epoch = parse_int(config.get("ads.producer.epoch", 0), name="ads.producer.epoch")
         if producer_id < 0 or producer_epoch < 0:
             raise InvalidRequestError("ads.producer.id and ads.producer.epoch must be >= 0")
         # The brokers recognise a replayed batch by its exact sequence range, so a replay must cut the

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 from ads_spark.errors import InvalidConfigError
 from ads_spark.mirror.naming import MirrorPolicy
+from ads_spark.spark.source.options import parse_partition_json
 
 EARLIEST, LATEST = -2, -1
 CHECKPOINT_VERSION = 1
@@ -94,25 +95,13 @@ class CheckpointIndex:
 
 
 def parse_offsets_json(source_json: str | Mapping[str, Any]) -> dict[str, dict[int, int]]:
-    """Kafka's ``{"t":{"0":23}}`` or the ads source's checkpoint form, to {topic: {partition: offset}}."""
-    try:
-        parsed = json.loads(source_json) if isinstance(source_json, str) else dict(source_json)
-    except json.JSONDecodeError as exc:
-        raise InvalidConfigError(f"startingOffsets JSON is not valid ({exc.msg} at char {exc.pos})") from None
-    if not isinstance(parsed, dict) or not parsed:
-        raise InvalidConfigError("startingOffsets JSON must be a non-empty object like {\"orders\":{\"0\":23}}")
-    if isinstance(parsed.get("version"), int) and isinstance(parsed.get("topics"), dict):
-        parsed = {t: entry.get("offsets", {}) for t, entry in parsed["topics"].items()}
+    """Kafka's ``{"t":{"0":23}}`` or the ads source's checkpoint form, to {topic: {partition: offset}}.
+
+    Read by the ads source's own ``startingOffsets`` parser, so the mirror accepts exactly what a reader does."""
+    raw = source_json if isinstance(source_json, str) else json.dumps(dict(source_json))
     result: dict[str, dict[int, int]] = {}
-    for topic, partitions in parsed.items():
-        if not isinstance(partitions, dict):
-            raise InvalidConfigError(f"startingOffsets: topic {topic!r} needs an object of partition -> offset")
-        for partition, offset in partitions.items():
-            if not str(partition).isdigit() or not isinstance(offset, int) or isinstance(offset, bool) \
-                    or offset < EARLIEST:
-                raise InvalidConfigError(f"startingOffsets: {topic}-{partition} -> {offset!r} is not a partition "
-                                         f"number and an offset >= 0, -2 (earliest) or -1 (latest)")
-            result.setdefault(topic, {})[int(partition)] = offset
+    for topic, partition, offset in parse_partition_json(raw, "startingOffsets", allow_special=True):
+        result.setdefault(topic, {})[partition] = offset
     return result
 
 

@@ -67,6 +67,19 @@ class MirrorConfig:
             raise InvalidConfigError(f"mirror replication_factor must be positive, got {self.replication_factor}")
         if not self.checkpoint_location.strip():
             raise InvalidConfigError("mirror checkpoint location is empty: give a local directory")
+        from ads_spark.spark.source.options import parse_source_options
+
+        # The reader's options (--starting-offsets, extra ads.* keys) are checked here, before the target's topics
+        # are created and before run_mirror would retry a query that can never start.
+        parse_source_options(source_read_options(self), streaming=True)
+
+
+def source_read_options(config: MirrorConfig) -> dict[str, str]:
+    """The options of the mirror's ``readStream.format("ads")`` on the source cluster."""
+    return {"ads.bootstrap.servers": config.source_bootstrap, "subscribePattern": config.policy.subscribe_pattern(),
+            "startingOffsets": config.starting_offsets, "includeHeaders": "true",
+            "maxOffsetsPerTrigger": str(config.max_offsets_per_trigger),
+            **{f"ads.{key}": value for key, value in config.source_options.items()}}
 
 
 def mirror_rows_sql(policy: MirrorPolicy) -> tuple[str, list[str]]:
@@ -180,12 +193,7 @@ def start_mirror(spark, config: MirrorConfig, batch: MirrorBatch | None = None):
     # Topics that exist now are created on the target before the first batch; new ones per batch.
     topic_sync.sync_topics(source_admin, target_admin, policy, policy.mirrored_topics(source_admin.list_topics()),
                            config.replication_factor)
-    reader = (spark.readStream.format("ads").option("ads.bootstrap.servers", config.source_bootstrap)
-              .option("subscribePattern", policy.subscribe_pattern())
-              .option("startingOffsets", config.starting_offsets).option("includeHeaders", "true")
-              .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger)))
-    for key, value in config.source_options.items():
-        reader = reader.option(f"ads.{key}", value)
+    reader = spark.readStream.format("ads").options(**source_read_options(config))
     writer = (reader.load().writeStream.foreachBatch(batch).option("checkpointLocation", config.checkpoint_location)
               .queryName(f"mirror_{policy.source_alias}_to_{policy.target_alias}".replace("-", "_")))
     trigger = ({"availableNow": True} if config.available_now

@@ -113,6 +113,8 @@ def test_batch_end_offsets_read_from_sparks_offsets_log(tmp_path):
     ({"trigger_interval_ms": -5}, "trigger_interval_ms must be a positive integer"),
     ({"replication_factor": 0}, "replication_factor must be positive"),
     ({"checkpoint_location": " "}, "checkpoint location is empty"),
+    ({"starting_offsets": "newest"}, "option 'startingOffsets' must be 'earliest', 'latest' or JSON"),
+    ({"source_options": {"fetch.max.byte": "1"}}, "option 'ads.fetch.max.byte' is not a consumer setting"),
 ])
 def test_bad_mirror_settings_are_refused_naming_them(kwargs, message):
     from ads_spark.mirror.job import MirrorConfig

@@ -235,7 +235,7 @@ def _parse_spec(opts: Mapping[str, str], which: str, default: str) -> OffsetSpec
     if ts_name.lower() in opts:
         return OffsetSpec("timestamp", timestamp_ms=_non_negative(opts[ts_name.lower()], ts_name), option=ts_name)
     if by_ts_name.lower() in opts:
-        per_partition = _parse_partition_json(opts[by_ts_name.lower()], by_ts_name, allow_special=False)
+        per_partition = parse_partition_json(opts[by_ts_name.lower()], by_ts_name, allow_special=False)
         return OffsetSpec("timestamps", per_partition=per_partition, option=by_ts_name)
     raw = opts.get(offsets_name.lower(), default).strip()
     if raw.lower() in ("earliest", "latest"):
@@ -243,11 +243,11 @@ def _parse_spec(opts: Mapping[str, str], which: str, default: str) -> OffsetSpec
     if not raw.startswith("{"):
         raise InvalidConfigError(f"option '{offsets_name}' must be 'earliest', 'latest' or JSON like "
                                  f"""{{"topicA":{{"0":23,"1":-1}}}}, got {raw!r}""")
-    return OffsetSpec("offsets", per_partition=_parse_partition_json(raw, offsets_name, allow_special=True),
+    return OffsetSpec("offsets", per_partition=parse_partition_json(raw, offsets_name, allow_special=True),
                       option=offsets_name)
 
 
-def _parse_partition_json(raw: str, option: str, *, allow_special: bool) -> tuple[tuple[str, int, int], ...]:
+def parse_partition_json(raw: str, option: str, *, allow_special: bool) -> tuple[tuple[str, int, int], ...]:
     """{"topic":{"0":23}} (Kafka's form) or this source's checkpoint form, to sorted triples."""
     example = """{"topicA":{"0":23,"1":-2}}""" if allow_special else """{"topicA":{"0":1700000000000}}"""
     parsed = _load_json(raw, option, f"expected JSON like {example}")
