@@ -189,9 +189,6 @@ class Broker:
     def topic_config(self, topic: str) -> dict[str, Any]:
         return self._effective(self._topic_overrides.get(topic, {}))
 
-    def max_message_bytes(self, topic: str) -> int:
-        return self.topic_config(topic)["max.message.bytes"]
-
     def partition_config(self, effective: dict[str, Any]) -> PartitionConfig:
         return PartitionConfig(
             min_insync_replicas=effective["min.insync.replicas"],

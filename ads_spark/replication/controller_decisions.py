@@ -103,9 +103,12 @@ def recovery_waiting(state: ControllerState) -> dict[Key, Callable[[bool], froze
     """Offline partitions waiting for unclean recovery (ISR and ELR empty), sorted: key -> the replicas it
     waits for, given whether its wait timed out (``election.recovery_waits_for`` of its decision view)."""
     live = frozenset(state.live)
+    # Offline ones only, before any view is built or sorted: this runs on every RecoveryTick, and a
+    # decision view never changes the leader (it drops restarted ISR members alone).
+    offline = sorted(key for key, view in state.views.items() if view.state.leader not in live)
     return {(view.topic, view.partition): partial(election.recovery_waits_for, view)
-            for view in sorted(decision_views(state, state.views.values()), key=lambda v: (v.topic, v.partition))
-            if view.state.leader not in live and election.recovery_waits_for(view)}
+            for view in decision_views(state, (state.views[key] for key in offline))
+            if election.recovery_waits_for(view)}
 
 
 def requested_unclean_decisions(state: ControllerState, views: Mapping[Key, PartitionView],
