@@ -60,6 +60,13 @@ class ErrorCode(IntEnum):
     INCONSISTENT_TOPIC_ID = 103
     INELIGIBLE_REPLICA = 107
     STALE_CONTROLLER_EPOCH = 11
+    TOPIC_AUTHORIZATION_FAILED = 29
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    SECURITY_DISABLED = 54
+    SASL_AUTHENTICATION_FAILED = 58
+    # Kafka has no wire code for a failed TLS handshake (the client raises SslAuthenticationException
+    # before any request); ADS gives the client-side error a number outside Kafka's range.
+    SSL_AUTHENTICATION_FAILED = -100
 
 
 # Codes a client may retry after refreshing metadata or waiting; Kafka's list.
@@ -159,6 +166,11 @@ EligibleLeadersNotAvailableError = _ERROR_CLASSES[ErrorCode.ELIGIBLE_LEADERS_NOT
 InconsistentTopicIdError = _ERROR_CLASSES[ErrorCode.INCONSISTENT_TOPIC_ID]
 InvalidRecordError = _ERROR_CLASSES[ErrorCode.INVALID_RECORD]
 StaleControllerEpochError = _ERROR_CLASSES[ErrorCode.STALE_CONTROLLER_EPOCH]
+TopicAuthorizationFailedError = _ERROR_CLASSES[ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+ClusterAuthorizationFailedError = _ERROR_CLASSES[ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+SecurityDisabledError = _ERROR_CLASSES[ErrorCode.SECURITY_DISABLED]
+SaslAuthenticationFailedError = _ERROR_CLASSES[ErrorCode.SASL_AUTHENTICATION_FAILED]
+SslAuthenticationFailedError = _ERROR_CLASSES[ErrorCode.SSL_AUTHENTICATION_FAILED]
 # Kafka spells the storage error KafkaStorageException; keep a readable alias.
 StorageError = KafkaStorageErrorError
 

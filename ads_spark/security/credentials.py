@@ -27,9 +27,8 @@ from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError
 
 # --- errors -------------------------------------------------------------------------------------------
 
-# Kafka's SASL_AUTHENTICATION_FAILED (58) once errors.py declares it; until then a non-retriable
-# server error, so no retry loop spins on a wrong password either way.
-_AUTHENTICATION_CODE = getattr(ErrorCode, "SASL_AUTHENTICATION_FAILED", ErrorCode.UNKNOWN_SERVER_ERROR)
+# Kafka's SASL_AUTHENTICATION_FAILED (58): non-retriable, so no retry loop spins on a wrong password.
+_AUTHENTICATION_CODE = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 class AuthenticationError(AdsError):
