@@ -22,7 +22,13 @@ def register(commands) -> None:
     zk_start.add_argument("--data-dir", required=True)
     zk_start.add_argument("--port", type=int, default=2181)
     zk_start.add_argument("--host", default="127.0.0.1", help="address to listen on (a test host's own address)")
+    zk_start.add_argument("--tls-keystore", default=None,
+                          help="PEM key (PKCS#8) + certificate: serve TLS only, on --port, x509 client auth enforced")
+    zk_start.add_argument("--tls-truststore", default=None, help="PEM CA bundle client certificates must chain to")
     zk_start.set_defaults(func=start_zookeeper)
+    from ads_spark.cli import zookeeper_cmd
+
+    zookeeper_cmd.register_actions(zk_actions)  # `ads zookeeper secure`
 
     broker = commands.add_parser("broker", help="a broker process")
     broker_actions = broker.add_subparsers(dest="action", required=True)
@@ -34,9 +40,12 @@ def register(commands) -> None:
 
 
 def start_zookeeper(args) -> int:
-    from ads_spark.broker.zk.embedded import run_foreground
+    from ads_spark.broker.zk.embedded import ZkServerTls, run_foreground
 
-    run_foreground(Path(args.data_dir), args.port, host=args.host)
+    if bool(args.tls_keystore) != bool(args.tls_truststore):
+        raise ValueError("--tls-keystore and --tls-truststore go together")
+    tls = ZkServerTls(args.tls_keystore, args.tls_truststore) if args.tls_keystore else None
+    run_foreground(Path(args.data_dir), args.port, host=args.host, tls=tls)
     return 0
 
 

@@ -32,6 +32,7 @@ from ads_spark.broker.zk.model import (
     encode_json, unclean_applied_path,
 )
 from ads_spark.broker.zk.session import DEFAULT_CHROOT, MultiOpFailed, ZkSession
+from ads_spark.broker.zk.tls import ZkTls
 from ads_spark.broker.zk.topics import ZkTopics
 from ads_spark.errors import (
     ErrorCode, InvalidRequestError, NotControllerError, StaleControllerEpochError, error_for,
@@ -60,8 +61,9 @@ class ZkClient(ZkTopics, ZkSession):
     """The ADS view of one ZooKeeper session (see the module docstring)."""
 
     def __init__(self, hosts: str, chroot: str = DEFAULT_CHROOT, session_timeout_ms: int = 18000,
-                 connect_timeout_s: float = 15.0, request_timeout_s: float | None = None):
-        super().__init__(hosts, chroot, session_timeout_ms, connect_timeout_s, request_timeout_s)
+                 connect_timeout_s: float = 15.0, request_timeout_s: float | None = None,
+                 tls: ZkTls | None = None, set_acl: bool = False):
+        super().__init__(hosts, chroot, session_timeout_ms, connect_timeout_s, request_timeout_s, tls, set_acl)
         self._registration: dict[str, Any] | None = None
         self._reregister_lock = threading.Lock()
 
@@ -76,7 +78,8 @@ class ZkClient(ZkTopics, ZkSession):
 
     def register_broker(self, broker_id: int, host: str, port: int, rack: str | None = None,
                         metrics_port: int | None = None, stale_wait_s: float | None = None,
-                        on_reregistered: Callable[[int], None] | None = None, clean_shutdown: bool = True) -> int:
+                        on_reregistered: Callable[[int], None] | None = None, clean_shutdown: bool = True,
+                        endpoints: dict[str, dict[str, Any]] | None = None) -> int:
         """Create the ephemeral ``/brokers/ids/<id>``; return the broker epoch (its czxid).
 
         A znode left by this broker's previous, not yet expired session is waited
@@ -89,6 +92,8 @@ class ZkClient(ZkTopics, ZkSession):
         # one, so a controller can tell it from a restart (which may have lost an unflushed tail).
         info = {"host": host, "port": int(port), "rack": rack, "metrics_port": metrics_port,
                 "clean_shutdown": bool(clean_shutdown), "incarnation": uuid.uuid4().hex}
+        if endpoints is not None:  # every listener: {"NAME": {"host", "port", "protocol"}} (host/port: inter-broker)
+            info["endpoints"] = endpoints
         wait_s = self.session_timeout_ms / 1000.0 + 1.0 if stale_wait_s is None else stale_wait_s
         epoch = self._create_registration(int(broker_id), info, wait_s)
         self._registration = {"broker_id": int(broker_id), "info": info, "callback": on_reregistered}

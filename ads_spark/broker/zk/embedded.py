@@ -10,6 +10,18 @@ of its own network namespace), has the admin HTTP server off, allows the
 ``ruok`` and ``srvr`` four-letter words (used to tell when it is serving), and
 logs quietly to ``zookeeper.log`` in its data dir. It runs in its own process
 group so that stopping it leaves nothing behind.
+
+With ``tls=ZkServerTls(keystore, truststore)`` it serves only TLS: a
+``secureClientPort`` bound to the given address (ZooKeeper binds every interface
+unless ``secureClientPortAddress`` is set) and no plaintext ``clientPort`` at
+all, with the Netty connection factory (the only one with TLS), PEM keystore and
+truststore (the key must be PKCS#8, "BEGIN PRIVATE KEY"), client certificates
+required and checked against the truststore, and ``enforce.auth`` for the x509
+scheme, so a client without a certificate of that CA cannot even open a
+session. A client's ZooKeeper identity is its certificate's full RFC 2253
+subject DN. The four-letter-word probe then speaks TLS too, presenting the
+server's own certificate as its client certificate (so that certificate needs
+the clientAuth usage; ``ads certs issue`` gives both by default).
 """
 
 from __future__ import annotations
@@ -20,7 +32,9 @@ import signal
 import socket
 import subprocess
 import sys
+import ssl
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ZOOKEEPER_MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -49,8 +63,7 @@ maxSessionTimeout=60000
 initLimit=10
 syncLimit=5
 dataDir={data_dir}
-clientPort={port}
-clientPortAddress={host}
+{listen}
 maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
@@ -58,6 +71,48 @@ forceSync={force_sync}
 autopurge.snapRetainCount=3
 autopurge.purgeInterval=1
 """
+PLAINTEXT_LISTEN_TEMPLATE = """\
+clientPort={port}
+clientPortAddress={host}"""
+# Only a secure port: no plaintext clientPort line at all.
+TLS_LISTEN_TEMPLATE = """\
+secureClientPort={port}
+secureClientPortAddress={host}
+serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+ssl.keyStore.location={keystore}
+ssl.keyStore.type=PEM
+ssl.trustStore.location={truststore}
+ssl.trustStore.type=PEM
+ssl.clientAuth=need
+authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider
+enforce.auth.enabled=true
+enforce.auth.schemes=x509"""
+
+
+@dataclass(frozen=True)
+class ZkServerTls:
+    """The embedded server's TLS: PEM keystore (PKCS#8 key + chain, unencrypted) and PEM CA bundle."""
+
+    keystore_location: str
+    truststore_location: str
+
+    def probe_context(self) -> ssl.SSLContext:
+        """The four-letter-word probe's client context: the server's own certificate, its CA, no hostname."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False  # a liveness probe of our own child, not a trust decision
+        context.load_verify_locations(cafile=self.truststore_location)
+        context.load_cert_chain(self.keystore_location, self.keystore_location)
+        return context
+
+    def check(self) -> None:
+        """ValueError naming the file if ZooKeeper could not use it (checked before the JVM starts)."""
+        for what, path in (("keystore", self.keystore_location), ("truststore", self.truststore_location)):
+            if not Path(path).is_file():
+                raise ValueError(f"ZooKeeper TLS {what} {path!r} is not a file")
+        head = Path(self.keystore_location).read_bytes()[:1 << 20]
+        if b"-----BEGIN PRIVATE KEY-----" not in head:
+            raise ValueError(f"ZooKeeper TLS keystore {self.keystore_location!r} needs an unencrypted PKCS#8 key "
+                             "('BEGIN PRIVATE KEY'), as `ads certs issue` writes")
 
 
 class JavaNotFoundError(RuntimeError):
@@ -121,29 +176,38 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def four_letter_word(port: int, word: str, timeout_s: float = PROBE_TIMEOUT_S, host: str = "127.0.0.1") -> str:
+def four_letter_word(port: int, word: str, timeout_s: float = PROBE_TIMEOUT_S, host: str = "127.0.0.1",
+                     tls: ZkServerTls | None = None) -> str:
     """Send a ZooKeeper four-letter command and return the reply ('' if nothing answers)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(word.encode())
-            chunks = []
-            while True:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            return b"".join(chunks).decode(errors="replace")
-    except OSError:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            sock = tls.probe_context().wrap_socket(raw, server_hostname=host) if tls is not None else raw
+            with sock:  # the TLS socket owns the descriptor once wrapped
+                sock.sendall(word.encode())
+                chunks = []
+                while True:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                return b"".join(chunks).decode(errors="replace")
+    except OSError:  # ssl.SSLError included: not serving (yet)
         return ""
 
 
-def is_serving(port: int, host: str = "127.0.0.1") -> bool:
+def is_serving(port: int, host: str = "127.0.0.1", tls: ZkServerTls | None = None) -> bool:
     """True once the server answers `srvr` with its mode (it is then serving requests)."""
-    return "Mode:" in four_letter_word(port, "srvr", host=host)
+    return "Mode:" in four_letter_word(port, "srvr", host=host, tls=tls)
 
 
-def render_zoo_cfg(data_dir: Path, port: int, force_sync: bool = True, host: str = "127.0.0.1") -> str:
-    return ZOO_CFG_TEMPLATE.format(data_dir=data_dir.resolve(), port=port, host=host,
+def render_zoo_cfg(data_dir: Path, port: int, force_sync: bool = True, host: str = "127.0.0.1",
+                   tls: ZkServerTls | None = None) -> str:
+    if tls is None:
+        listen = PLAINTEXT_LISTEN_TEMPLATE.format(port=port, host=host)
+    else:
+        listen = TLS_LISTEN_TEMPLATE.format(port=port, host=host, keystore=Path(tls.keystore_location).resolve(),
+                                            truststore=Path(tls.truststore_location).resolve())
+    return ZOO_CFG_TEMPLATE.format(data_dir=data_dir.resolve(), listen=listen,
                                    force_sync="yes" if force_sync else "no")
 
 
@@ -166,22 +230,27 @@ def java_command(java: str, data_dir: Path, zoo_cfg: Path) -> list[str]:
     ]
 
 
-def prepare(data_dir: Path, port: int, force_sync: bool = True, host: str = "127.0.0.1") -> tuple[list[str], int]:
+def prepare(data_dir: Path, port: int, force_sync: bool = True, host: str = "127.0.0.1",
+            tls: ZkServerTls | None = None) -> tuple[list[str], int]:
     """Create the data dir and zoo.cfg; return the command line and the port actually used."""
+    if tls is not None:
+        tls.check()
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port(host)
     zoo_cfg = data_dir / "zoo.cfg"
-    zoo_cfg.write_text(render_zoo_cfg(data_dir, port, force_sync, host))
+    zoo_cfg.write_text(render_zoo_cfg(data_dir, port, force_sync, host, tls))
     return java_command(find_java(), data_dir, zoo_cfg), port
 
 
 class EmbeddedZooKeeper:
-    """One ZooKeeper server process; ``port=0`` picks a free port at start."""
+    """One ZooKeeper server process; ``port=0`` picks a free port at start; ``tls``: TLS only (see above)."""
 
     def __init__(self, data_dir: Path | str, port: int = 0, force_sync: bool = True,
-                 die_with_parent: bool = False):
+                 die_with_parent: bool = False, tls: ZkServerTls | None = None, address: str = "127.0.0.1"):
         self.data_dir = Path(data_dir)
+        self.tls = tls
+        self.address = address
         # Linux: the kernel kills the server if the thread that called start() dies without stop()
         # (e.g. a test run killed outright); so call start() from a long-lived thread.
         self.die_with_parent = die_with_parent
@@ -194,7 +263,7 @@ class EmbeddedZooKeeper:
     def connect_string(self) -> str:
         if self.port is None:
             raise ZooKeeperStartError("ZooKeeper is not started")
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -211,7 +280,7 @@ class EmbeddedZooKeeper:
         attempts = 1 if self.requested_port else 3
         deadline = time.monotonic() + timeout_s
         for attempt in range(attempts):
-            argv, self.port = prepare(self.data_dir, self.requested_port, self.force_sync)
+            argv, self.port = prepare(self.data_dir, self.requested_port, self.force_sync, self.address, self.tls)
             with open(self.data_dir / STDOUT_FILE_NAME, "ab") as out:
                 self._process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL, start_new_session=True,
@@ -223,7 +292,7 @@ class EmbeddedZooKeeper:
             if not exited or attempt == attempts - 1:
                 break
         raise ZooKeeperStartError(
-            f"embedded ZooKeeper did not start on 127.0.0.1:{self.port} within {timeout_s}s; "
+            f"embedded ZooKeeper did not start on {self.address}:{self.port} within {timeout_s}s; "
             f"see {self.data_dir / LOG_FILE_NAME} and {self.data_dir / STDOUT_FILE_NAME}"
         )
 
@@ -231,7 +300,7 @@ class EmbeddedZooKeeper:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return False
-            if is_serving(self.port):
+            if is_serving(self.port, self.address, self.tls):
                 return True
             time.sleep(PROBE_INTERVAL_S)
         return False
@@ -279,18 +348,19 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def run_foreground(data_dir: Path | str, port: int = 2181, force_sync: bool = True, host: str = "127.0.0.1") -> None:
+def run_foreground(data_dir: Path | str, port: int = 2181, force_sync: bool = True, host: str = "127.0.0.1",
+                   tls: ZkServerTls | None = None) -> None:
     """``ads zookeeper start``: become the ZooKeeper process (exec), so signals reach it directly.
 
     The caller's process group, pid file and SIGTERM then apply to ZooKeeper
     itself, and nothing of ours is left to orphan it.
     """
     try:
-        argv, port = prepare(Path(data_dir), port, force_sync, host)
-    except JavaNotFoundError as exc:
+        argv, port = prepare(Path(data_dir), port, force_sync, host, tls)
+    except (JavaNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-    print(f"ZooKeeper on {host}:{port}, data in {Path(data_dir).resolve()}, "
+    print(f"ZooKeeper on {host}:{port}{' (TLS only, client certificates required)' if tls else ''}, data in {Path(data_dir).resolve()}, "
           f"log in {Path(data_dir).resolve() / LOG_FILE_NAME}", flush=True)
     sys.stderr.flush()
     os.execv(argv[0], argv)

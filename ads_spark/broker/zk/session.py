@@ -17,27 +17,40 @@ before kazoo queues it (paths encodable, without NUL, bounded; values bytes
 within ZooKeeper's bound) and fails it with INVALID_REQUEST instead; and
 ``connection_thread_problem`` lets the broker's periodic work notice if the
 thread died anyway, so the broker exits rather than live on without ZooKeeper.
+
+The same funnel gives every znode this session creates its ACL: the guarded
+client sets each create's ACL (plain creates, ``ensure_path`` steps, creates in
+a multi-op) from ``acls.acls_for(path, set_acl)``, whatever the call site
+passed, so no create can leave an open parent behind (docs/DESIGN.md, section
+ZooKeeper security). ``tls=ZkTls(...)`` connects over TLS (``tls.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    ConnectionClosedError, ConnectionLoss, KazooException, NodeExistsError, NoNodeError, OperationTimeoutError,
+    ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, NodeExistsError, NoNodeError,
+    OperationTimeoutError,
     RolledBackError, RuntimeInconsistency, SessionExpiredError, ZookeeperError, ZookeeperStoppedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
+from kazoo.protocol.serialization import Create, Create2, Transaction
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from ads_spark.broker.zk.acls import acls_for
 from ads_spark.broker.zk.model import (
     BASE_PATHS, CLUSTER_ID_PATH, CONTROLLER_EPOCH_PATH, ZNODE_VALUE_BYTES_MAX, ZooKeeperUnavailable, encode_json,
+)
+from ads_spark.broker.zk.tls import (
+    ZK_SECURITY_KEYS, TlsThreadingHandler, ZkTls, ZooKeeperTlsError, zk_security_kwargs,
 )
 from ads_spark.errors import InvalidRequestError
 from ads_spark.protocol.names import shown
@@ -47,11 +60,16 @@ log = logging.getLogger("ads.broker.zk")
 DEFAULT_CHROOT = "/ads"
 DEFAULT_SESSION_TIMEOUT_MS = 18000
 DEFAULT_CONNECT_TIMEOUT_S = 15.0
+CONNECT_POLL_S = 0.1  # how often a pending connect looks for a refused TLS certificate
 # ConnectionClosedError: kazoo's answer once its client is closed (also after its connection thread died).
 _LOST_ERRORS = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, ZookeeperStoppedError,
                 KazooTimeoutError, OperationTimeoutError)
 # ZooKeeper's own limit on a path is the packet size; ours are short, and a long one is someone else's string.
 ZNODE_PATH_CHARS_MAX = 4096
+
+
+class ZooKeeperAccessDenied(ZooKeeperUnavailable):
+    """ZooKeeper's ACLs refuse this session's identity what every ADS session needs (another DN owns the tree)."""
 
 
 class MultiOpFailed(Exception):
@@ -105,15 +123,27 @@ class GuardedKazooClient(KazooClient):
     ``transaction().commit_async()`` to its request queue (kazoo 2.x). A request
     it refuses is failed at once with InvalidRequestError on its async result,
     the way kazoo fails requests on a closed client, and never reaches the
-    connection thread.
+    connection thread. Every create it passes on carries ``acl_policy(path)``
+    (path relative to the chroot); the default policy is ``acls_for(path, False)``.
     """
+
+    def __init__(self, *args, acl_policy: Callable[[str], list] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.acl_policy = acl_policy or (lambda path: acls_for(path, False))
 
     def _call(self, request, async_object):
         problem = request_problem(request)
         if problem is not None:
             async_object.set_exception(InvalidRequestError(f"not sent to ZooKeeper: {problem}"))
             return False
-        return super()._call(request, async_object)
+        return super()._call(self._with_acls(request), async_object)
+
+    def _with_acls(self, request):
+        if isinstance(request, (Create, Create2)):
+            return request._replace(acl=self.acl_policy(self.unchroot(request.path)))
+        if isinstance(request, Transaction):
+            return request._replace(operations=[self._with_acls(op) for op in request.operations])
+        return request
 
 
 @contextmanager
@@ -131,7 +161,9 @@ class ZkSession:
     def __init__(self, hosts: str, chroot: str = DEFAULT_CHROOT,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 request_timeout_s: float | None = None):
+                 request_timeout_s: float | None = None, tls: ZkTls | None = None, set_acl: bool = False):
+        if set_acl and tls is None:
+            raise ValueError("set_acl needs tls: the creator ACLs name the client certificate's DN")
         hosts, _, inline_chroot = hosts.partition("/")
         chroot = "/" + inline_chroot if inline_chroot else chroot
         if not chroot.startswith("/") or chroot.endswith("/") and chroot != "/":
@@ -142,11 +174,22 @@ class ZkSession:
         self.connect_timeout_s = connect_timeout_s
         # A request outliving the session cannot succeed anyway.
         self.request_timeout_s = request_timeout_s or max(1.0, self.session_timeout_ms / 1000.0)
+        self.tls = tls
+        self.set_acl = bool(set_acl)
         self._client: KazooClient | None = None
         self._watchers: dict[str, Any] = {}
         self._watch_callbacks: dict[str, Callable[[], None]] = {}
         self._session_listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_broker_config(cls, config, **overrides) -> "ZkSession":
+        """A session (of ``cls``) as a broker's config describes it: connect string, timeout, TLS, ACLs."""
+        hosts, chroot = config.zookeeper_hosts_and_chroot
+        kwargs: dict[str, Any] = {"chroot": chroot, "session_timeout_ms": config["zookeeper.session.timeout.ms"]}
+        kwargs.update(zk_security_kwargs({key: config[key] for key in ZK_SECURITY_KEYS}))
+        kwargs.update(overrides)
+        return cls(hosts, **kwargs)
 
     # ---- connection -------------------------------------------------------------------
 
@@ -155,29 +198,62 @@ class ZkSession:
         if self._client is not None:
             return self
         self._ensure_chroot()
-        client = GuardedKazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_ms / 1000.0)
-        try:
-            client.start(timeout=self.connect_timeout_s)
-        except KazooTimeoutError as exc:
-            client.close()
-            raise ZooKeeperUnavailable(f"no ZooKeeper session with {self.hosts} within "
-                                       f"{self.connect_timeout_s}s") from exc
+        client = self._start_client(self.hosts + self.chroot, lambda path: acls_for(path, self.set_acl))
         client.add_listener(self._on_state)
         self._client = client
-        self._ensure_base_paths()
+        try:
+            self._ensure_base_paths()
+        except NoAuthError:
+            self.close()
+            raise ZooKeeperAccessDenied(
+                f"ZooKeeper refuses this client's identity the ADS znodes under {self.chroot or '/'} (they were "
+                "created with zookeeper.set.acl by another certificate DN; every broker must present a ZooKeeper "
+                "client certificate with the same DN)") from None
         return self
+
+    def _start_client(self, hosts: str, acl_policy: Callable[[str], list]) -> GuardedKazooClient:
+        """A started client (bounded by ``connect_timeout_s``); with TLS, a refused certificate fails at once."""
+        tls_kwargs: dict[str, Any] = {}
+        if self.tls is not None:
+            tls_kwargs = {"handler": TlsThreadingHandler(self.tls), "use_ssl": True, "verify_certs": True,
+                          "ca": self.tls.truststore_location, "certfile": self.tls.keystore_location,
+                          "keyfile": self.tls.keystore_location, "check_hostname": self.tls.check_hostname}
+        client = GuardedKazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000.0, acl_policy=acl_policy,
+                                    **tls_kwargs)
+        started = client.start_async()
+        deadline = time.monotonic() + self.connect_timeout_s
+        refused = None
+        while not started.wait(min(CONNECT_POLL_S, max(0.0, deadline - time.monotonic()))):
+            refused = getattr(client.handler, "refused", None)
+            if refused is not None or time.monotonic() >= deadline:
+                break
+        if client.connected:
+            return client
+        client.stop()
+        client.close()
+        if refused is not None:
+            raise ZooKeeperTlsError(f"ZooKeeper's TLS certificate was refused ({refused}); check "
+                                    f"zookeeper.ssl.truststore.location and the ZooKeeper host names")
+        over_tls = (" over TLS (if ZooKeeper is up, it may refuse this client's certificate)"
+                    if self.tls is not None else "")
+        raise ZooKeeperUnavailable(f"no ZooKeeper session with {self.hosts}{over_tls} within "
+                                   f"{self.connect_timeout_s}s")
+
+    def open_unmanaged_client(self, acl_policy: Callable[[str], list] | None = None) -> GuardedKazooClient:
+        """A started kazoo client on the chroot with this session's TLS, creating nothing (tools; caller stops it).
+
+        ``acl_policy`` defaults to this session's (``acls_for(path, set_acl)``).
+        """
+        return self._start_client(self.hosts + self.chroot, acl_policy or (lambda path: acls_for(path, self.set_acl)))
 
     def _ensure_chroot(self) -> None:
         if not self.chroot:
             return
-        bootstrap = GuardedKazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000.0)
+        # Outside the chroot no path is secret: the chroot and its ancestors get the base policy.
+        bootstrap = self._start_client(self.hosts, lambda _path: acls_for("/", self.set_acl))
         try:
-            bootstrap.start(timeout=self.connect_timeout_s)
             with unavailable_on_loss("creating the chroot"):
                 bootstrap.ensure_path_async(self.chroot).get(timeout=self.request_timeout_s)
-        except KazooTimeoutError as exc:
-            raise ZooKeeperUnavailable(f"no ZooKeeper session with {self.hosts} within "
-                                       f"{self.connect_timeout_s}s") from exc
         finally:
             bootstrap.stop()
             bootstrap.close()
