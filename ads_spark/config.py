@@ -9,13 +9,18 @@ falls back to ``log.retention.ms``) exactly as in Kafka.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ads_spark.errors import InvalidConfigError
+from ads_spark.listener_config import (
+    DEFAULT_PROTOCOL_MAP, NONLOOPBACK_KEY, SASL_PROTOCOLS, TLS_PROTOCOLS, ListenerSpec, check_bind_host,
+    check_security, listener_specs,
+)
+from ads_spark.security.credentials import (
+    DEFAULT_ITERATIONS, DEFAULT_TOKEN_LIFETIME_MS, MAX_ITERATIONS, MAX_TOKEN_LIFETIME_MS, MIN_ITERATIONS,
+)
 
 LONG_MAX = 2**63 - 1
 
@@ -30,20 +35,75 @@ class ConfigKey:
     max_value: int | None = None
     choices: tuple[str, ...] = ()
     required: bool = False
+    # Values users will try that are refused with a reason of their own (Kafka has them, ADS cannot).
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 def _int(name, default, doc, min_value=None, max_value=None, required=False) -> ConfigKey:
     return ConfigKey(name, "int", default, doc, min_value, max_value, required=required)
 
 
+# Issue #23: listeners, TLS, SASL, ACLs and ZooKeeper protection (docs/DESIGN.md, "Security").
+# Arrow Flight's only switch (disable_server_verification) skips the CA check with the host name check.
+_NO_HOSTNAME_SKIP = (("", "Flight cannot skip the host name check without skipping the CA check too; issue "
+                          "certificates that name the host (ads certs issue --san HOST)"),)
+AUTHORIZER_CLASS_NAMES = ("", "kafka.security.authorizer.AclAuthorizer",
+                          "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "ads.security.AclAuthorizer")
+SECURITY_BROKER_KEYS = [
+    ConfigKey("listener.security.protocol.map", "str", DEFAULT_PROTOCOL_MAP, "NAME:PROTOCOL[,...]: the security "
+              "protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) of each listener name"),
+    ConfigKey("inter.broker.listener.name", "str", "", "the listener brokers call each other on (controller, "
+              "replication); empty: the first of listeners"),
+    ConfigKey(NONLOOPBACK_KEY, "bool", False, "allow a PLAINTEXT or SASL_PLAINTEXT listener bound to an address "
+              "other hosts can reach (records and passwords then cross the network unencrypted)"),
+    ConfigKey("ssl.keystore.type", "enum", "PEM", "format of ssl.keystore.location", choices=("PEM",)),
+    ConfigKey("ssl.truststore.type", "enum", "PEM", "format of ssl.truststore.location", choices=("PEM",)),
+    ConfigKey("ssl.keystore.location", "str", "", "PEM file with this broker's private key (PKCS#8, may be "
+              "encrypted) and certificate chain; needed by SSL and SASL_SSL listeners"),
+    ConfigKey("ssl.key.password", "str", "", "password of an encrypted key in ssl.keystore.location"),
+    ConfigKey("ssl.truststore.location", "str", "", "PEM CA bundle: client certificates are verified against it, "
+              "and this broker's own TLS calls trust it"),
+    ConfigKey("ssl.client.auth", "enum", "none", "none, or required: an SSL client must present a certificate "
+              "the truststore verifies", choices=("none", "required"),
+              refused=(("requested", "Flight cannot request a certificate without requiring it; use required or "
+                                     "none"),)),
+    ConfigKey("ssl.principal.mapping.rules", "str", "DEFAULT", "Kafka's RULE:pattern/replacement/[LU],...,DEFAULT: "
+              "the principal of a client certificate's subject"),
+    ConfigKey("ssl.endpoint.identification.algorithm", "enum", "https", "https: this broker's TLS calls check "
+              "the server's host name (always: empty is refused)", choices=("https",), refused=_NO_HOSTNAME_SKIP),
+    ConfigKey("sasl.enabled.mechanisms", "enum", "PLAIN", "SASL mechanism of SASL listeners",
+              choices=("PLAIN",)),
+    ConfigKey("sasl.jaas.config", "str", "", "PlainLoginModule credentials this broker logs in with when the "
+              "inter-broker listener is SASL_PLAINTEXT or SASL_SSL"),
+    ConfigKey("authorizer.class.name", "enum", "", "empty: no authorization; any of the ACL authorizer names: "
+              "ACLs decide every request", choices=AUTHORIZER_CLASS_NAMES),
+    ConfigKey("super.users", "str", "", "User:a;User:b: principals every ACL check allows"),
+    ConfigKey("allow.everyone.if.no.acl.found", "bool", False, "a resource with no ACL is open to everyone"),
+    _int("authentication.token.lifetime.ms", DEFAULT_TOKEN_LIFETIME_MS, "lifetime of the tokens the authenticate "
+         "action issues", 1, MAX_TOKEN_LIFETIME_MS),
+    _int("credential.hash.iterations", DEFAULT_ITERATIONS, "PBKDF2 iterations of a new or changed user's "
+         "password hash", MIN_ITERATIONS, MAX_ITERATIONS),
+    ConfigKey("zookeeper.set.acl", "bool", False, "znodes ADS creates get creator-only ACLs (world-readable "
+              "except secrets)"),
+    ConfigKey("zookeeper.ssl.client.enable", "bool", False, "talk to ZooKeeper over TLS"),
+    ConfigKey("zookeeper.ssl.keystore.location", "str", "", "PEM key and certificate for ZooKeeper's client "
+              "authentication"),
+    ConfigKey("zookeeper.ssl.truststore.location", "str", "", "PEM CA bundle ZooKeeper's certificate is checked "
+              "against"),
+    ConfigKey("zookeeper.ssl.endpoint.identification.algorithm", "enum", "https", "https: check ZooKeeper's "
+              "certificate host name; empty: do not", choices=("https", "")),
+]
+
 BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
         _int("broker.id", None, "unique id of this broker", 0, 2**31 - 1, required=True),
-        ConfigKey("listeners", "str", "PLAINTEXT://127.0.0.1:0", "address the Flight server binds (port 0: choose one; "
-                  "0.0.0.0: every interface, then advertised.listeners must name a reachable host)"),
-        ConfigKey("advertised.listeners", "str", "", "address registered in ZooKeeper and given to clients in "
-                  "metadata; empty: the listeners address (port 0 here: the bound port)"),
+        ConfigKey("listeners", "str", "PLAINTEXT://127.0.0.1:0", "NAME://host:port[,...]: one Flight server per "
+                  "listener (port 0: choose one; 0.0.0.0: every interface, then advertised.listeners must name a "
+                  "reachable host); a bare host:port is a PLAINTEXT listener"),
+        ConfigKey("advertised.listeners", "str", "", "NAME://host:port[,...] registered in ZooKeeper and given to "
+                  "clients in metadata, names among listeners; empty (or a listener left out): its listeners "
+                  "address (port 0 here: the bound port)"),
         ConfigKey("log.dirs", "str", None, "comma-separated directories for partition logs; a new partition goes "
                   "to the one holding fewest", required=True),
         ConfigKey("zookeeper.connect", "str", None, "host:port[,host:port][/chroot]", required=True),
@@ -89,6 +149,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "client connection; one more is refused (NETWORK_EXCEPTION, retriable)", 1),
         _int("connections.max.idle.ms", 600000, "a connection whose streams carried no data for this long is "
              "closed (-1 or 0: never)", -1),
+        *SECURITY_BROKER_KEYS,
     ]
 }
 
@@ -119,6 +180,21 @@ _CONNECTION_KEYS = [
     _int("retry.backoff.ms", 100, "pause before a retriable request is sent again", 0),
     _int("metadata.max.age.ms", 300000, "cluster metadata older than this is refreshed", 0),
     _int("default.api.timeout.ms", 60000, "bound on a blocking call (list offsets, describe, ...)", 0),
+    # Security (issue #23): parsed by security/client_security.py, used by protocol/transport.py.
+    ConfigKey("security.protocol", "enum", "PLAINTEXT", "how the client reaches brokers",
+              choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ConfigKey("sasl.mechanism", "enum", "PLAIN", "SASL mechanism (only PLAIN)", choices=("PLAIN",)),
+    ConfigKey("sasl.username", "str", "", "SASL user (with sasl.password)"),
+    ConfigKey("sasl.password", "str", "", "SASL password: sent only to the brokers' authenticate action"),
+    ConfigKey("sasl.jaas.config", "str", "", "PlainLoginModule required username=\"...\" password=\"...\";"),
+    ConfigKey("sasl.token", "str", "", "ADS: a token from authenticate, used instead of a password (cannot be "
+              "refreshed)"),
+    ConfigKey("ssl.truststore.location", "str", "", "PEM CA bundle the brokers' certificates are checked against "
+              "(empty: the system CAs)"),
+    ConfigKey("ssl.keystore.location", "str", "", "PEM private key + certificate chain for mutual TLS"),
+    ConfigKey("ssl.key.password", "str", "", "password of an encrypted key in ssl.keystore.location"),
+    ConfigKey("ssl.endpoint.identification.algorithm", "enum", "https", "https: check the broker certificate's "
+              "host names (always: empty is refused)", choices=("https",), refused=_NO_HOSTNAME_SKIP),
 ]
 PRODUCER_KEYS: dict[str, ConfigKey] = {
     k.name: k
@@ -221,8 +297,11 @@ def parse_value(key: ConfigKey, raw: Any) -> Any:
         if key.kind == "bool":
             return parse_bool(raw, name=key.name)
         if key.kind == "enum":
+            reason = dict(key.refused).get(text)
+            if reason is not None:
+                raise ValueError(reason)
             if text not in key.choices:
-                raise ValueError(f"must be one of {', '.join(key.choices)}")
+                raise ValueError(f"must be one of {', '.join(repr(c) if not c else c for c in key.choices)}")
             return text
         if key.kind == "list":
             if isinstance(text, (list, tuple)):
@@ -254,8 +333,13 @@ class BrokerConfig:
             raise InvalidConfigError(f"missing required broker config: {', '.join(missing)}")
         self._values = {name: key.default for name, key in BROKER_KEYS.items()}
         self._values.update(parsed)
-        # Checked now, so that a bad address or directory list stops the broker before it opens anything.
-        self.advertised_host_port(bound_port=1)
+        # Checked now, so that a bad address, directory list or security setting stops the broker before it
+        # opens anything.
+        self._listeners = listener_specs(self._values["listeners"], self._values["advertised.listeners"],
+                                         self._values["listener.security.protocol.map"],
+                                         self._values[NONLOOPBACK_KEY])
+        self._inter_broker = self._inter_broker_listener()
+        check_security(self._values, self._listeners, self._inter_broker)
         self.log_dir_paths()
         check_bind_host(self._values["metrics.host"], "metrics.host")
 
@@ -271,25 +355,60 @@ class BrokerConfig:
     def broker_id(self) -> int:
         return self._values["broker.id"]
 
+    # ---- listeners (ads_spark/listener_config.py) ---------------------------------------------------
+
+    def listener_specs(self) -> list[ListenerSpec]:
+        """Every listener, in the order of ``listeners`` (advertised port 0: the broker fills in the bound port)."""
+        return list(self._listeners)
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        return self._inter_broker.name
+
+    @property
+    def inter_broker_listener(self) -> ListenerSpec:
+        return self._inter_broker
+
+    @property
+    def security_enabled(self) -> bool:
+        """Any listener other than PLAINTEXT, or ACLs on: logs become private to the broker's user, and so on."""
+        return (any(spec.protocol != "PLAINTEXT" for spec in self._listeners)
+                or bool(self._values["authorizer.class.name"]))
+
+    def inter_broker_client_config(self, bootstrap: str) -> dict[str, str]:
+        """The client config of this broker's own calls to other brokers (controller channels, membership,
+        replica fetchers): the inter-broker listener's protocol and the TLS / SASL settings it needs."""
+        protocol = self._inter_broker.protocol
+        config = {"bootstrap.servers": bootstrap, "security.protocol": protocol}
+        if protocol in TLS_PROTOCOLS:
+            config["ssl.endpoint.identification.algorithm"] = self._values["ssl.endpoint.identification.algorithm"]
+            for key in ("ssl.truststore.location", "ssl.keystore.location", "ssl.key.password"):
+                if self._values[key]:
+                    config[key] = self._values[key]
+        if protocol in SASL_PROTOCOLS:
+            config["sasl.mechanism"] = "PLAIN"
+            config["sasl.jaas.config"] = self._values["sasl.jaas.config"]
+        return config
+
+    def _inter_broker_listener(self) -> ListenerSpec:
+        wanted = self._values["inter.broker.listener.name"].strip().upper()
+        if not wanted:
+            return self._listeners[0]
+        found = next((spec for spec in self._listeners if spec.name == wanted), None)
+        if found is None:
+            raise InvalidConfigError(
+                f"invalid value {self._values['inter.broker.listener.name']!r} for 'inter.broker.listener.name': "
+                f"not one of listeners ({', '.join(spec.name for spec in self._listeners)})")
+        return found
+
     @property
     def listen_host_port(self) -> tuple[str, int]:
-        return parse_listener(self._values["listeners"])
+        """The inter-broker listener's bind address (callers from before there were several listeners)."""
+        return self._inter_broker.bind_host, self._inter_broker.port
 
     def advertised_host_port(self, bound_port: int) -> tuple[str, int]:
-        """The address other brokers and clients are given (ZooKeeper registration, metadata).
-
-        As in Kafka: ``advertised.listeners`` when set, else ``listeners``; a wildcard host
-        (0.0.0.0, ::) is where the broker binds, never a place to connect to, so it is refused as
-        an advertised host. Port 0 (either key) means the port the server actually bound.
-        """
-        advertised = self._values["advertised.listeners"].strip()
-        key = "advertised.listeners" if advertised else "listeners"
-        host, port = parse_listener(advertised or self._values["listeners"], name=key)
-        if host in WILDCARD_HOSTS:
-            raise InvalidConfigError(
-                f"'advertised.listeners' must name a host clients can reach: {key}={self._values[key]!r} "
-                f"uses {host}, which is where a broker binds (every interface), not an address to connect to")
-        return host, port or bound_port
+        """The inter-broker listener's advertised address, port 0 being ``bound_port`` (see listener_config)."""
+        return self._inter_broker.advertised_host, self._inter_broker.advertised_port or bound_port
 
     def log_dir_paths(self) -> list[Path]:
         """``log.dirs`` as paths, in the order given: at least one, no directory twice."""
@@ -316,42 +435,6 @@ class BrokerConfig:
         for topic_key, broker_key in TOPIC_DEFAULT_FROM_BROKER.items():
             defaults[topic_key] = self._values[broker_key]
         return defaults
-
-
-WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})
-_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
-                        r"[A-Za-z0-9])?)*$")
-
-
-def check_bind_host(host: str, name: str) -> None:
-    """A host an HTTP server can bind: an IPv4/IPv6 address or a host name, no port, scheme or path."""
-    try:
-        ipaddress.ip_address(host)
-        return
-    except ValueError:
-        pass
-    if not _HOST_NAME.match(host):
-        raise InvalidConfigError(f"invalid value {host!r} for '{name}': expected an IP address or a host name "
-                                 f"(no port: the port is metrics.port), e.g. 127.0.0.1 or 0.0.0.0")
-
-
-def parse_listener(listener: str, *, name: str = "listeners") -> tuple[str, int]:
-    """'PLAINTEXT://127.0.0.1:9092' or '127.0.0.1:9092' -> ('127.0.0.1', 9092).
-
-    One listener only: ADS has one protocol (Flight, plaintext), so a second entry would be
-    ignored; it is refused naming the key instead. An empty host is 127.0.0.1.
-    """
-    entries = [item.strip() for item in listener.split(",") if item.strip()]
-    if len(entries) != 1:
-        raise InvalidConfigError(f"invalid value {listener!r} for '{name}': expected one listener, "
-                                 f"PLAINTEXT://host:port")
-    protocol, has_protocol, address = entries[0].rpartition("://")
-    if has_protocol and protocol.upper() != "PLAINTEXT":
-        raise InvalidConfigError(f"invalid value {listener!r} for '{name}': only PLAINTEXT is supported")
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise InvalidConfigError(f"invalid value {listener!r} for '{name}': expected host:port")
-    return host or "127.0.0.1", int(port)
 
 
 def effective_topic_config(broker_defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def _comment(key: ConfigKey, value: str) -> str:
         high = "" if key.max_value is None else key.max_value
         bounds = f" [{low}..{high}]"
     elif key.kind == "enum":
-        bounds = f" ({' | '.join(key.choices)})"
+        bounds = f" ({' | '.join(choice or 'empty' for choice in key.choices)})"
     default = "" if key.default is None else _to_text(key.default)
     differs = f" (default: {default or 'none'})" if value != default else ""
     return f"# {key.doc}{bounds}{differs}"

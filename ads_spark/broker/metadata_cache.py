@@ -25,16 +25,44 @@ class BrokerInfo:
     rack: str | None = None
     broker_epoch: int = -1
     metrics_port: int | None = None  # its Prometheus endpoint on the same host, if it serves one
+    # Every listener's advertised address, (name, host, port, protocol) sorted by name. Empty: the broker
+    # registered before listeners had names, and host/port is its one (PLAINTEXT) endpoint.
+    endpoints: tuple[tuple[str, str, int, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack,
-                "broker_epoch": self.broker_epoch, "metrics_port": self.metrics_port}
+        value = {"id": self.broker_id, "host": self.host, "port": self.port, "rack": self.rack,
+                 "broker_epoch": self.broker_epoch, "metrics_port": self.metrics_port}
+        if self.endpoints:
+            value["endpoints"] = {name: {"host": host, "port": port, "protocol": protocol}
+                                  for name, host, port, protocol in self.endpoints}
+        return value
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> "BrokerInfo":
         metrics_port = value.get("metrics_port")
+        endpoints = tuple(sorted((str(name), str(e["host"]), int(e["port"]), str(e["protocol"]))
+                                 for name, e in (value.get("endpoints") or {}).items()))
         return cls(int(value["id"]), str(value["host"]), int(value["port"]), value.get("rack") or None,
-                   int(value.get("broker_epoch", -1)), int(metrics_port) if metrics_port else None)
+                   int(value.get("broker_epoch", -1)), int(metrics_port) if metrics_port else None, endpoints)
+
+    def endpoint(self, listener_name: str, inter_broker_listener_name: str) -> tuple[str, int] | None:
+        """Its address on ``listener_name``, None when it has no such listener. A broker registered without
+        endpoints counts as one endpoint under the inter-broker name (its host/port)."""
+        if not self.endpoints:
+            return (self.host, self.port) if listener_name == inter_broker_listener_name else None
+        found = next((e for e in self.endpoints if e[0] == listener_name), None)
+        return None if found is None else (found[1], found[2])
+
+    def on_listener(self, listener_name: str, inter_broker_listener_name: str) -> dict[str, Any] | None:
+        """Its metadata entry as a client of ``listener_name`` is given it: host/port of that listener, no
+        endpoints (a client dials what it is given); None when it has no such listener."""
+        address = self.endpoint(listener_name, inter_broker_listener_name)
+        if address is None:
+            return None
+        value = self.to_json()
+        value.pop("endpoints", None)
+        value["host"], value["port"] = address
+        return value
 
 
 @dataclass
@@ -101,7 +129,15 @@ class MetadataCache:
         with self.lock:
             return [self.brokers[b] for b in sorted(self.brokers)]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, listener_name: str | None = None, inter_broker_listener_name: str = "") -> dict[str, Any]:
+        """The cluster part of a metadata answer. With ``listener_name``: each broker's address on that
+        listener, brokers without it left out (Kafka's metadata answers the caller's listener only)."""
         with self.lock:
-            return {"controller_id": self.controller_id, "controller_epoch": self.controller_epoch,
-                    "brokers": [self.brokers[b].to_json() for b in sorted(self.brokers)]}
+            brokers = [self.brokers[b] for b in sorted(self.brokers)]
+            epoch, controller_id = self.controller_epoch, self.controller_id
+        if listener_name is None:
+            entries = [b.to_json() for b in brokers]
+        else:
+            entries = [e for e in (b.on_listener(listener_name, inter_broker_listener_name) for b in brokers)
+                       if e is not None]
+        return {"controller_id": controller_id, "controller_epoch": epoch, "brokers": entries}

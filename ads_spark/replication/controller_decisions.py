@@ -253,6 +253,8 @@ def brokers_json(state: ControllerState) -> list[dict[str, Any]]:
         if reg.broker_epoch is not None:
             entry["broker_epoch"] = reg.broker_epoch
         entry.update(host=reg.host, metrics_port=reg.metrics_port, port=reg.port, rack=reg.rack)
+        if reg.endpoints:
+            entry["endpoints"] = reg.endpoints_json()
         out.append(entry)
     return out
 

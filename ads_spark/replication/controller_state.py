@@ -86,12 +86,22 @@ class BrokerRegistration:
     metrics_port: int | None = None
     clean_shutdown: bool = True  # False: the process started after an unclean shutdown (KIP-966)
     incarnation: str | None = None  # names the process; kept across its re-registrations
+    # Every listener's advertised address, (name, host, port, protocol) sorted by name; empty for a
+    # registration from before listeners (then host/port is its one PLAINTEXT endpoint).
+    endpoints: tuple[tuple[str, str, int, str], ...] = ()
 
     @classmethod
     def from_dict(cls, info: Mapping[str, Any]) -> "BrokerRegistration":
         epoch = info.get("broker_epoch")
+        endpoints = tuple(sorted((str(name), str(e["host"]), int(e["port"]), str(e["protocol"]))
+                                 for name, e in (info.get("endpoints") or {}).items()))
         return cls(str(info["host"]), int(info["port"]), info.get("rack"), None if epoch is None else int(epoch),
-                   info.get("metrics_port"), bool(info.get("clean_shutdown", True)), info.get("incarnation"))
+                   info.get("metrics_port"), bool(info.get("clean_shutdown", True)), info.get("incarnation"),
+                   endpoints)
+
+    def endpoints_json(self) -> dict[str, dict[str, Any]]:
+        return {name: {"host": host, "port": port, "protocol": protocol}
+                for name, host, port, protocol in self.endpoints}
 
     @property
     def epoch_or_unknown(self) -> int:

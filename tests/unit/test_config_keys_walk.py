@@ -37,8 +37,7 @@ EVIDENCE = {
         "test", "integration/test_zookeeper_guard.py",
         "test_a_broker_whose_kazoo_thread_dies_stops_leading_and_reports_fatal"),
     ("broker", "listeners"): (
-        "test", "unit/test_config_key_effects.py",
-        "test_the_advertised_address_is_advertised_listeners_and_port_0_means_the_bound_port"),
+        "test", "unit/test_listener_config.py", "test_listeners_parse_into_specs_with_protocols_and_advertised_addresses"),
     ("broker", "advertised.listeners"): (
         "test", "integration/test_config_effects.py",
         "test_unset_counts_advertised_address_log_dirs_and_log_append_time"),
@@ -111,6 +110,36 @@ EVIDENCE = {
     ("broker", "metrics.host"): ("read in", "ads_spark/broker/metrics.py"),
     ("broker", "connections.max.idle.ms"):
         ("test", "integration/test_stream_limits.py", "test_streams_are_bounded_refused_at_once_and_freed_when_idle"),
+    # Issue #23. Listeners: parsed into the specs the broker serves (tests/integration/test_listeners.py shows
+    # one server per listener and metadata per listener); the security keys: read where they act.
+    ("broker", "listener.security.protocol.map"): (
+        "test", "unit/test_listener_config.py", "test_listeners_parse_into_specs_with_protocols_and_advertised_addresses"),
+    ("broker", "inter.broker.listener.name"): (
+        "test", "unit/test_listener_config.py", "test_listeners_parse_into_specs_with_protocols_and_advertised_addresses"),
+    ("broker", "listeners.plaintext.nonloopback.allow"): (
+        "test", "unit/test_listener_config.py", "test_plaintext_off_loopback_is_allowed_only_when_asked_for"),
+    ("broker", "ssl.keystore.type"): ("read in", "ads_spark/security/tls.py"),
+    ("broker", "ssl.truststore.type"): ("read in", "ads_spark/security/tls.py"),
+    ("broker", "ssl.keystore.location"): ("read in", "ads_spark/security/tls.py"),
+    ("broker", "ssl.key.password"): ("read in", "ads_spark/security/tls.py"),
+    ("broker", "ssl.truststore.location"): ("read in", "ads_spark/security/tls.py"),
+    ("broker", "ssl.client.auth"): ("read in", "ads_spark/security/tls.py"),
+    ("broker", "ssl.principal.mapping.rules"): ("read in", "ads_spark/broker/rpc/auth_middleware.py"),
+    ("broker", "ssl.endpoint.identification.algorithm"): (
+        "test", "unit/test_listener_config.py", "test_the_inter_broker_client_config_is_the_inter_broker_listeners"),
+    ("broker", "sasl.enabled.mechanisms"): ("read in", "ads_spark/listener_config.py"),
+    ("broker", "sasl.jaas.config"): (
+        "test", "unit/test_listener_config.py", "test_the_inter_broker_client_config_is_the_inter_broker_listeners"),
+    ("broker", "authorizer.class.name"): ("read in", "ads_spark/broker/security_state.py"),
+    ("broker", "super.users"): ("read in", "ads_spark/broker/security_state.py"),
+    ("broker", "allow.everyone.if.no.acl.found"): ("read in", "ads_spark/broker/security_state.py"),
+    ("broker", "authentication.token.lifetime.ms"): ("read in", "ads_spark/broker/security_state.py"),
+    ("broker", "credential.hash.iterations"): ("read in", "ads_spark/broker/security_state.py"),
+    ("broker", "zookeeper.set.acl"): ("read in", "ads_spark/broker/zk/tls.py"),
+    ("broker", "zookeeper.ssl.client.enable"): ("read in", "ads_spark/broker/zk/tls.py"),
+    ("broker", "zookeeper.ssl.keystore.location"): ("read in", "ads_spark/broker/zk/tls.py"),
+    ("broker", "zookeeper.ssl.truststore.location"): ("read in", "ads_spark/broker/zk/tls.py"),
+    ("broker", "zookeeper.ssl.endpoint.identification.algorithm"): ("read in", "ads_spark/broker/zk/tls.py"),
     ("topic", "min.insync.replicas"):
         ("test", "integration/test_cluster_cli.py", "test_bad_input_gets_clear_errors_and_the_broker_keeps_serving"),
     ("topic", "unclean.leader.election.enable"): (
@@ -158,6 +187,27 @@ EVIDENCE = {
     ("producer", "ads.producer.id"):
         ("test", "integration/test_producer_batching.py", "test_a_caller_chosen_producer_id_never_coalesces"),
     ("producer", "ads.producer.epoch"): ("read in", "ads_spark/client/producer_config.py"),
+    # Issue #23's client security keys (both tables): parsed where the client's transport is made.
+    ("producer", "security.protocol"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "sasl.mechanism"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "sasl.username"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "sasl.password"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "sasl.jaas.config"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "sasl.token"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "ssl.truststore.location"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "ssl.keystore.location"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "ssl.key.password"): ("read in", "ads_spark/security/client_security.py"),
+    ("producer", "ssl.endpoint.identification.algorithm"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "security.protocol"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "sasl.mechanism"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "sasl.username"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "sasl.password"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "sasl.jaas.config"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "sasl.token"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "ssl.truststore.location"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "ssl.keystore.location"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "ssl.key.password"): ("read in", "ads_spark/security/client_security.py"),
+    ("consumer", "ssl.endpoint.identification.algorithm"): ("read in", "ads_spark/security/client_security.py"),
     ("consumer", "bootstrap.servers"):
         ("test", "integration/test_acks_zero.py", "test_acks_zero_completes_while_the_broker_is_paused"),
     ("consumer", "request.timeout.ms"):
@@ -179,6 +229,26 @@ EVIDENCE = {
     ("consumer", "auto.offset.reset"): ("read in", "ads_spark/client/consumer.py"),
     ("consumer", "local.reads"):
         ("test", "integration/test_consumer_local_reads.py", "test_local_reads_equal_network_reads"),
+    # Client security keys (issue #23), the same in both tables (parsed by security/client_security.py).
+    **{(table, key): evidence for table in ("producer", "consumer") for key, evidence in {
+        "security.protocol":
+            ("test", "integration/test_client_security.py", "test_ssl_listener_round_trip_and_fast_failures"),
+        "sasl.mechanism": ("read in", "ads_spark/security/client_security.py"),
+        "sasl.username": ("test", "unit/test_credentials.py", "test_sasl_username_and_password_keys"),
+        "sasl.password": ("test", "unit/test_credentials.py", "test_sasl_username_and_password_keys"),
+        "sasl.jaas.config": ("test", "integration/test_client_security.py",
+                             "test_sasl_clients_authenticate_once_refresh_their_token_and_fail_fast_on_a_wrong_password"),
+        "sasl.token": ("test", "integration/test_client_security.py",
+                       "test_sasl_clients_authenticate_once_refresh_their_token_and_fail_fast_on_a_wrong_password"),
+        "ssl.truststore.location":
+            ("test", "integration/test_client_security.py", "test_ssl_listener_round_trip_and_fast_failures"),
+        "ssl.keystore.location": ("test", "integration/test_client_security.py",
+                                  "test_mutual_tls_round_trip_with_replication_and_certificate_failures"),
+        "ssl.key.password":
+            ("test", "unit/test_transport.py", "test_tls_and_mutual_tls_round_trips_with_an_encrypted_client_key"),
+        "ssl.endpoint.identification.algorithm":
+            ("test", "unit/test_transport.py", "test_an_empty_endpoint_identification_algorithm_is_refused_naming_the_key"),
+    }.items()},
 }
 
 

@@ -268,8 +268,9 @@ class Controller:
     # ---- channels, timers ---------------------------------------------------------------
 
     def _new_connections(self) -> Connections:
-        return Connections({"bootstrap.servers": f"{self.broker.host}:{self.broker.port}",
-                            "request.timeout.ms": BROKER_REQUEST_TIMEOUT_MS})
+        # Registrations' top-level host/port are inter-broker endpoints; the client config is that listener's.
+        config = self.broker.config.inter_broker_client_config(f"{self.broker.host}:{self.broker.port}")
+        return Connections({**config, "request.timeout.ms": BROKER_REQUEST_TIMEOUT_MS})
 
     def _on_channel_overflow(self, broker_id: int) -> None:
         self._enqueue("resync-broker", lambda: self._drive(ChannelOverflowed(broker_id)))

@@ -19,7 +19,8 @@ Request shapes (docs/DESIGN.md):
   leader_and_isr: {"controller_id", "controller_epoch", "broker_epoch" (optional: the target's
       registration the controller addressed it to), "partitions": [{"topic", "partition",
       "topic_id", "leader", "leader_epoch", "isr", "elr", "replicas", "observers",
-      "partition_epoch", "config": {topic overrides}}], "brokers": [{"id","host","port","rack"}]}
+      "partition_epoch", "config": {topic overrides}}], "brokers": [{"id","host","port","rack","endpoints"}]}
+      (a broker's host/port: its inter-broker listener, which fetchers dial; "endpoints": every listener's)
   stop_replica: {"controller_epoch", "partitions": [{"topic", "partition", "delete": bool}]}
   replica_log_ends: {"controller_epoch", "partitions": [{"topic", "partition", "topic_id", "config"}]}
       -> {"partitions": [{"topic", "partition", "error_code", "last_epoch", "log_end_offset"}]}

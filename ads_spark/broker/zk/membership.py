@@ -110,12 +110,19 @@ class SessionGuard:
             log.error("refusing produce requests: %s", reason)
 
 
+def registered_endpoints(endpoints: dict[str, tuple[str, int, str]]) -> dict[str, dict[str, Any]] | None:
+    """``broker.endpoints`` as the registration znode holds them (None: a broker double without them)."""
+    if not endpoints:
+        return None
+    return {name: {"host": host, "port": int(port), "protocol": protocol}
+            for name, (host, port, protocol) in endpoints.items()}
+
+
 class ZkMembership:
     def __init__(self, broker):
         self.broker = broker
-        hosts, chroot = broker.config.zookeeper_hosts_and_chroot
-        self.zk = ZkClient(hosts, chroot=chroot,
-                           session_timeout_ms=broker.config["zookeeper.session.timeout.ms"])
+        # Connect string, session timeout, TLS and znode ACLs, all from the broker's config.
+        self.zk = ZkClient.from_broker_config(broker.config)
         self.controller = Controller(broker, self.zk)
         self.session_guard = SessionGuard(self.zk, broker.replica_manager, broker._on_fatal,
                                           broker.config["zookeeper.session.timeout.ms"])
@@ -126,11 +133,15 @@ class ZkMembership:
 
     def start(self) -> int:
         self.zk.connect()
+        security = getattr(self.broker, "security", None)  # absent in test doubles
+        if security is not None:  # users, secrets and ACLs loaded before this broker registers (and may lead)
+            security.start(self.zk)
         rack = self.broker.config["broker.rack"] or None
         self.broker_epoch = self.zk.register_broker(
             self.broker.broker_id, self.broker.host, self.broker.port, rack, on_reregistered=self._on_reregistered,
             clean_shutdown=getattr(self.broker.logs, "recovered_from_clean_shutdown", True),
-            metrics_port=self.broker.metrics.port if self.broker.metrics.port > 0 else None)
+            metrics_port=self.broker.metrics.port if self.broker.metrics.port > 0 else None,
+            endpoints=registered_endpoints(getattr(self.broker, "endpoints", {})))
         # Known to the broker at once: the controller may address a leader-and-isr to this registration as soon
         # as the znode exists, and the broker refuses one carrying an epoch it does not know (KIP-380).
         self.broker._broker_epoch = self.broker_epoch
@@ -143,6 +154,9 @@ class ZkMembership:
         self.broker._broker_epoch = broker_epoch
 
     def stop(self) -> None:
+        security = getattr(self.broker, "security", None)
+        if security is not None:
+            security.stop()
         self.controller.stop()
         self.zk.close()
 
@@ -186,7 +200,9 @@ class ZkMembership:
         info = None if controller_id is None else self.zk.live_brokers().get(controller_id)
         if info is None or controller_id == self.broker.broker_id:
             raise error_for(ErrorCode.NOT_CONTROLLER, "no other broker is the registered controller; retry")
-        connections = Connections({"bootstrap.servers": f"{info['host']}:{info['port']}"})
+        # The registration's top-level address is the controller's inter-broker listener.
+        bootstrap = f"{info['host']}:{info['port']}"
+        connections = Connections(self.broker.config.inter_broker_client_config(bootstrap))
         try:
             return connections.call_action(info["host"], int(info["port"]), action, body,
                                            int(CONTROLLER_REQUEST_TIMEOUT_S * 1000))

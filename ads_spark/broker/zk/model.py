@@ -43,6 +43,13 @@ ISR_CHANGE_PREFIX = "isr_change_"
 PARTITION_CHANGE_PATH = "/admin/partition_changes"
 PARTITION_CHANGE_PREFIX = "partition_change_"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+# Security (issue #23; broker/zk/security_store.py): credentials and token secrets are never world-readable.
+CONFIG_USERS_PATH = "/config/users"  # /config/users/<username>: a StoredCredential (JSON)
+SECURITY_PATH = "/security"
+TOKEN_SECRETS_PATH = "/security/token_secrets"  # JSON list of base64url secrets, newest first
+ACLS_PATH = "/acls"  # /acls/<LITERAL|PREFIXED>/<Topic|Cluster>/<encoded name>: JSON list of ACL dicts
+ACL_CHANGES_PATH = "/acl_changes"
+ACL_CHANGE_PREFIX = "acl_change_"
 
 # Created (empty, or with the initial value) when a client first connects.
 BASE_PATHS = (
