@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +26,8 @@ from ads_spark.broker.replica.partition import Partition
 from ads_spark.broker.replica.replica_manager import ReplicaManager
 from ads_spark.broker.rpc.server import BrokerFlightServer
 from ads_spark.broker.rpc.verify_handlers import VerifyHandlers
+from ads_spark.broker.rpc.security_handlers import SecurityHandlers
+from ads_spark.broker.security_state import BrokerSecurity
 from ads_spark.protocol import wire
 from ads_spark.config import BrokerConfig, effective_topic_config
 from ads_spark.protocol.records import now_ms
@@ -56,7 +59,8 @@ class Broker:
     ZooKeeper, bounded queue); the ``LogDirs`` (``log.dirs``, recovered before anything
     is served); the data, control, admin and verify request handlers; ``BrokerMetrics``
     (prometheus_client's HTTP thread, unless ``metrics.port`` is -1); the
-    ``BrokerFlightServer`` (listening from its constructor, a gRPC thread per call, the
+    ``BrokerFlightServer`` of each listener (``servers``, by listener name; ``server`` is the
+    inter-broker listener's: listening from its constructor, a gRPC thread per call, the
     stream bounds and idle-connection sweeper of ``rpc/connections.py``); and, from
     ``zk_factory``, ``zk``: the ``ZkMembership`` (kazoo session, registration and broker
     epoch, ``SessionGuard``, producer-id blocks, admin writes, and the ``Controller`` with
@@ -81,29 +85,59 @@ class Broker:
     def __init__(self, config: BrokerConfig, zk_factory: Callable[["Broker"], Any] | None = None):
         self.config = config
         self.broker_id = config.broker_id
-        # ``bind_host`` is where the server listens (``listeners``, may be 0.0.0.0); ``host``/``port`` are the
-        # advertised address (``advertised.listeners``): what ZooKeeper, metadata and the controller use.
-        self.bind_host, requested_port = config.listen_host_port
+        # ``bind_host`` is where the inter-broker listener's server listens (``listeners``, may be 0.0.0.0);
+        # ``host``/``port`` are its advertised address (``advertised.listeners``): what ZooKeeper's top-level
+        # registration and the controller use. ``endpoints`` has every listener's advertised address.
+        self.bind_host = config.inter_broker_listener.bind_host
         self.metadata = MetadataCache()
         self.replica_manager = ReplicaManager(self.broker_id)
         self.fetchers = ReplicaFetcherManager(self.broker_id, config, self.replica_manager, self.broker_epoch)
         self.fetchers.on_fatal = self._on_fatal
         self.isr_writer = IsrWriter(self._write_isr)
-        self.logs = LogDirs.open(config.log_dir_paths(), log_config_for(self._effective({})), now_ms())
+        # Security on: the logs become owner-only (0700 / 0600), so no other Unix user reads around the ACLs.
+        self.logs = LogDirs.open(config.log_dir_paths(), log_config_for(self._effective({})), now_ms(),
+                                 private=config.security_enabled)
         self.data = DataHandlers(self)
         self.control = ControlHandlers(self)
         self.admin = AdminHandlers(self)
         self.verify = VerifyHandlers(self)
+        # Users, token secrets and the ACL cache (loaded from ZooKeeper by the membership's start; until then
+        # every authorization is refused except for super users).
+        self.security = BrokerSecurity(config)
+        self.security_handlers = SecurityHandlers(self)
         self.metrics = BrokerMetrics(self)
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._broker_epoch = -1
         # Set when the broker must stop (e.g. its log directory failed); the main loop exits on it.
         self.fatal_error: str | None = None
-        self.server = BrokerFlightServer(self, self.bind_host, requested_port)
-        self.host, self.port = config.advertised_host_port(bound_port=self.server.port)
+        self.servers, self.endpoints = self._start_servers()
+        self.server = self.servers[config.inter_broker_listener_name]
+        self.host, self.port = self.endpoints[config.inter_broker_listener_name][:2]
         self.zk = zk_factory(self) if zk_factory else None
         self._stopping = threading.Event()
         self._periodic = threading.Thread(target=self._run_periodic, name="broker-periodic", daemon=True)
+
+    def _start_servers(self) -> tuple[dict[str, BrokerFlightServer], dict[str, tuple[str, int, str]]]:
+        """One Flight server per listener (each listening from its constructor), and the advertised endpoints
+        {name: (host, port, protocol)}, port 0 being the bound port. A listener that cannot bind closes the
+        ones already open: the error leaves nothing listening."""
+        servers: dict[str, BrokerFlightServer] = {}
+        endpoints: dict[str, tuple[str, int, str]] = {}
+        tls = None
+        try:
+            for spec in self.config.listener_specs():
+                if spec.uses_tls and tls is None:
+                    from ads_spark.security.tls import server_tls  # only TLS brokers load the certificate code
+                    tls = server_tls(self.config.as_dict(), required=True)
+                server = BrokerFlightServer(self, spec.bind_host, spec.port, listener_name=spec.name,
+                                            security_protocol=spec.protocol, tls=tls if spec.uses_tls else None)
+                servers[spec.name] = server
+                endpoints[spec.name] = (spec.advertised_host, spec.advertised_port or server.port, spec.protocol)
+        except BaseException:
+            for server in servers.values():
+                server.shutdown()
+            raise
+        return servers, endpoints
 
     # ---- lifecycle ----------------------------------------------------------------
 
@@ -116,8 +150,12 @@ class Broker:
         self.metrics.serve(self.config["metrics.port"])
         if self.zk is not None:
             self._broker_epoch = self.zk.start()
-        log.info("broker %s serving on %s:%s, advertised as %s:%s (epoch %s)", self.broker_id, self.bind_host,
-                 self.server.port, self.host, self.port, self._broker_epoch)
+        for name, server in self.servers.items():
+            host, port, protocol = self.endpoints[name]
+            log.info("broker %s listener %s (%s) serving on port %s, advertised as %s:%s", self.broker_id, name,
+                     protocol, server.port, host, port)
+        log.info("broker %s started (epoch %s); inter-broker listener %s", self.broker_id, self._broker_epoch,
+                 self.config.inter_broker_listener_name)
 
     def broker_epoch(self) -> int:
         return self._broker_epoch
@@ -152,10 +190,14 @@ class Broker:
         produce stream open for its whole life (a cached producer in a Spark worker);
         the logs are already closed and checkpointed, so past the bound we just exit.
         """
-        stopper = threading.Thread(target=self.server.shutdown, name="flight-shutdown", daemon=True)
-        stopper.start()
-        stopper.join(SERVER_SHUTDOWN_WAIT_S)
-        if stopper.is_alive():
+        stoppers = [threading.Thread(target=server.shutdown, name=f"flight-shutdown-{name}", daemon=True)
+                    for name, server in self.servers.items()]
+        for stopper in stoppers:
+            stopper.start()
+        deadline = time.monotonic() + SERVER_SHUTDOWN_WAIT_S  # one bound for every listener together
+        for stopper in stoppers:
+            stopper.join(max(0.0, deadline - time.monotonic()))
+        if any(stopper.is_alive() for stopper in stoppers):
             log.info("clients still hold streams open after %ss; exiting without waiting for them",
                      SERVER_SHUTDOWN_WAIT_S)
 
@@ -175,6 +217,7 @@ class Broker:
             wire.ACTION_REPLICA_LOG_ENDS: self.control.handle_replica_log_ends,
             wire.ACTION_REPLICA_STATUS: self.verify.handle_replica_status,
             **self.admin.handlers(),
+            **self.security_handlers.handlers(),
         }
 
     def handle_fetch(self, request: dict, replica_messages: bool = False) -> list:

@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     from ads_spark.cli import (
         chaos_cmd, cluster_cmd, data_cmd, election_cmd, reassign_cmd, server_cmd, topics_cmd, verify_cmd,
     )
+    from ads_spark.cli import acls_cmd, users_cmd
+    from ads_spark.cli import certs_cmd
 
     parser = argparse.ArgumentParser(prog="ads", description="ADS: a replicated log for Spark")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output to stderr")
@@ -30,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     election_cmd.register(commands)
     reassign_cmd.register(commands)
     chaos_cmd.register(commands)
+    acls_cmd.register(commands)
+    users_cmd.register(commands)
+    certs_cmd.register(commands)
     return parser
 
 

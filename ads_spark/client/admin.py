@@ -17,6 +17,8 @@ from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, PartitionMetadata, backoff_sleep
 from ads_spark.client.consumer import API_TIMEOUT_MS_DEFAULT, Consumer, TopicPartition
 from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_for
+from ads_spark.security.authorizer import AclBinding, AclBindingFilter
+from ads_spark.security.credentials import Secret
 
 WAIT_POLL_INTERVAL_S = 0.1
 
@@ -26,6 +28,19 @@ def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
     shared with a producer or consumer (a Spark sink's ``acks``, a source's ``client.rack``), whose own client
     refuses a key none of them reads."""
     return {name: value for name, value in config.items() if name in ADMIN_KEYS}
+
+
+def _filter_dict(acl_filter: AclBindingFilter | Mapping[str, Any]) -> dict[str, Any]:
+    """A filter's JSON form (a mapping is checked by building the filter from it first)."""
+    if not isinstance(acl_filter, AclBindingFilter):
+        data = dict(acl_filter)
+        acl_filter = AclBindingFilter(data.get("resource_type"), data.get("resource_name"),
+                                      data.get("pattern_type") or "Any", data.get("principal"), data.get("host"),
+                                      data.get("operation"), data.get("permission"))
+    values = {"resource_type": acl_filter.resource_type, "resource_name": acl_filter.resource_name,
+              "pattern_type": acl_filter.pattern_filter, "principal": acl_filter.principal, "host": acl_filter.host,
+              "operation": acl_filter.operation, "permission": acl_filter.permission}
+    return {key: getattr(value, "value", value) for key, value in values.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -81,7 +96,9 @@ class Admin:
         result = []
         for topic in response.get("topics", []):
             if topic.get("error_code"):
-                raise error_for(topic["error_code"], f"topic '{topic['topic']}' does not exist")
+                unknown = topic["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                raise error_for(topic["error_code"], topic.get("message") or (
+                    f"topic '{topic['topic']}' does not exist" if unknown else f"topic '{topic['topic']}'"))
             partitions = [PartitionMetadata(topic["topic"], int(p["partition"]), int(p.get("leader", -1)),
                                             int(p.get("leader_epoch", -1)), tuple(p.get("replicas", ())),
                                             tuple(p.get("isr", ())), tuple(p.get("elr", ()) or ()),
@@ -123,6 +140,77 @@ class Admin:
 
     def cluster(self) -> dict[str, Any]:
         return self._read(wire.ACTION_METADATA, {"topics": []})
+
+    # ---- ACLs and users (issue #23) ---------------------------------------------------------------
+
+    def create_acls(self, bindings: list[AclBinding | Mapping[str, Any]], timeout_s: float | None = None) -> int:
+        """Add ACLs (each checked here and again by the broker); returns once every live broker's ACL cache holds
+        them (bounded by ``timeout_s``, default default.api.timeout.ms); returns the ACL version they made."""
+        acls = [(b if isinstance(b, AclBinding) else AclBinding.from_dict(b)).to_dict() for b in bindings]
+        response = self._connections.call_any(wire.ACTION_CREATE_ACLS, {"acls": acls})
+        self._check(response)
+        self.wait_for_acl_version(int(response["version"]), timeout_s)
+        return int(response["version"])
+
+    def delete_acls(self, filters: list[AclBindingFilter | Mapping[str, Any]],
+                    timeout_s: float | None = None) -> list[AclBinding]:
+        """Remove every ACL a filter matches; returns those removed, once every live broker has applied it."""
+        response = self._connections.call_any(wire.ACTION_DELETE_ACLS, {"filters": [_filter_dict(f) for f in filters]})
+        self._check(response)
+        self.wait_for_acl_version(int(response["version"]), timeout_s)
+        return [AclBinding.from_dict(item) for item in response.get("deleted", [])]
+
+    def describe_acls(self, acl_filter: AclBindingFilter | Mapping[str, Any] | None = None) -> list[AclBinding]:
+        """The ACLs a filter matches (None: all), as the answering broker's cache holds them."""
+        body = {"filter": None if acl_filter is None else _filter_dict(acl_filter)}
+        response = self._read(wire.ACTION_DESCRIBE_ACLS, body)
+        self._check(response)
+        return [AclBinding.from_dict(item) for item in response.get("acls", [])]
+
+    def acl_cache_versions(self) -> dict[int, int]:
+        """Each reachable live broker's ACL cache version (-1: not loaded yet)."""
+        versions = {}
+        for broker_id, address in sorted(self._connections.refresh().brokers.items()):
+            try:
+                answer = self._connections.call_action(address.host, address.port, wire.ACTION_DESCRIBE_ACLS,
+                                                       {"filter": {"resource_type": "Cluster"}})
+            except AdsError as exc:
+                if exc.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                    continue  # down or cut off: it answers nobody, so it cannot mislead anybody
+                raise
+            self._check(answer)
+            versions[broker_id] = int(answer.get("cache_version", -1))
+        return versions
+
+    def wait_for_acl_version(self, version: int, timeout_s: float | None = None) -> None:
+        """Until every reachable live broker's ACL cache is at ``version`` or later; RequestTimedOutError naming
+        the brokers that lag after ``timeout_s`` (default default.api.timeout.ms)."""
+        timeout_s = self.api_timeout_ms / 1000 if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lagging = {b: v for b, v in self.acl_cache_versions().items() if v < version}
+            if not lagging:
+                return
+            if time.monotonic() >= deadline:
+                shown = ", ".join(f"broker {b} at {v}" for b, v in sorted(lagging.items()))
+                raise RequestTimedOutError(f"the ACL change (version {version}) is written, but after {timeout_s}s "
+                                           f"these brokers have not applied it yet: {shown}")
+            time.sleep(WAIT_POLL_INTERVAL_S)
+
+    def upsert_user(self, username: str, password: str | Secret) -> None:
+        """Add a user or change its password (its tokens then stop working). The password is sent, never kept."""
+        secret = password.reveal() if isinstance(password, Secret) else password
+        self._check(self._connections.call_any(wire.ACTION_ALTER_USER_CREDENTIALS,
+                                               {"upsert": [{"username": username, "password": secret}]}))
+
+    def delete_user(self, username: str) -> None:
+        """Delete a user: its tokens stop working on every broker as soon as it sees the change."""
+        self._check(self._connections.call_any(wire.ACTION_ALTER_USER_CREDENTIALS, {"delete": [username]}))
+
+    def list_users(self) -> list[str]:
+        response = self._read(wire.ACTION_DESCRIBE_USERS, {})
+        self._check(response)
+        return list(response.get("users", []))
 
     def close(self) -> None:
         if self._owns_connections:

@@ -356,6 +356,10 @@ _BROKER = Obj({
     "id": required(BROKER_ID), "host": required(Text(HOST_CHARS_MAX)), "port": required(Int(1, 65535)),
     "rack": optional(Text(HOST_CHARS_MAX)), "broker_epoch": optional(BROKER_EPOCH),
     "metrics_port": optional(Int(0, 65535)),
+    # every listener's advertised address (broker/zk/membership.py registers them)
+    "endpoints": optional(MapOf(Text(64), Obj({
+        "host": required(Text(HOST_CHARS_MAX)), "port": required(Int(1, 65535)),
+        "protocol": required(Text(16, choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")))}), 16)),
 })
 _BROKERS = Distinct(_BROKER, BROKERS_PER_REQUEST_MAX, ("id",))
 
@@ -374,7 +378,41 @@ _CREATE_TOPIC = Obj({
 _REASSIGNMENT = Obj(_partition(replicas=required(ListOf(BROKER_ID, REPLICAS_PER_PARTITION_MAX, min_items=1)),
                                log_dirs=optional(ListOf(Text(), REPLICAS_PER_PARTITION_MAX))))
 
+class SecretText(Text):
+    """A password: checked as ``Text`` is, but a refusal never shows the value (it would reach an error message).
+    An empty one fits here and is refused by the handler (credentials.hash_password), also without the value."""
+
+    def __init__(self, max_chars: int):
+        super().__init__(max_chars)
+
+    def fit(self, value: Any) -> str:
+        if type(value) is not str:
+            raise Misfit(f"must be a string, got {_json_type(value)}")
+        if _text_problem(value, self.max_chars) is not None:
+            raise Misfit(f"must be at most {self.max_chars} characters of valid Unicode without NUL")
+        return value
+
+
+# Security actions (issue #23; broker/rpc/security_handlers.py). An ACL's fields are checked by
+# authorizer.AclBinding / AclBindingFilter (the handler builds every one before writing anything); here only
+# their shape and size: a principal is 'User:' and up to 1,024 characters.
+ACLS_PER_REQUEST_MAX = 1000
+USERS_PER_REQUEST_MAX = 100
+_ACL_FIELDS = ("resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission")
+_ACL_BINDING = Obj({name: required(Text(1100)) for name in _ACL_FIELDS})
+ACL_FILTER = Obj({name: optional(Text(1100)) for name in _ACL_FIELDS})
+_USERNAME = Text(128)
+_USER_UPSERT = Obj({"username": required(_USERNAME), "password": required(SecretText(1024))})
+
 ACTION_SCHEMAS: dict[str, Obj] = {
+    "authenticate": Obj({}),
+    "create_acls": Obj({"acls": required(ListOf(_ACL_BINDING, ACLS_PER_REQUEST_MAX, min_items=1))}),
+    "delete_acls": Obj({"filters": required(ListOf(ACL_FILTER, ACLS_PER_REQUEST_MAX, min_items=1))}),
+    "describe_acls": Obj({"filter": optional(ACL_FILTER)}),
+    "alter_user_credentials": Obj({
+        "upsert": optional(Distinct(_USER_UPSERT, USERS_PER_REQUEST_MAX, ("username",))),
+        "delete": optional(ListOf(_USERNAME, USERS_PER_REQUEST_MAX, distinct=True))}),
+    "describe_users": Obj({}),
     "metadata": Obj({"topics": optional(_TOPIC_LIST), "include_config": optional(Bool())}),
     "list_offsets": Obj({"partitions": required(_partitions(Obj(_partition(
         timestamp=required(Int(-2, INT64_MAX)), current_leader_epoch=optional(EPOCH)))))}),

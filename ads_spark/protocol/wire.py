@@ -52,6 +52,13 @@ ACTION_REPLICA_LOG_ENDS = "replica_log_ends"  # controller -> broker, before an 
 ACTION_INIT_PRODUCER_ID = "init_producer_id"
 ACTION_LOCATE = "locate"  # where a fetch's batches are in the segment files (ads_spark/local_reads.py)
 ACTION_OFFSET_FOR_LEADER_EPOCH = "offset_for_leader_epoch"  # a consumer's KIP-320 check of its position
+# Security (issue #23; broker/rpc/security_handlers.py)
+ACTION_AUTHENTICATE = "authenticate"  # Basic credentials -> a token (SASL_* listeners only)
+ACTION_CREATE_ACLS = "create_acls"
+ACTION_DELETE_ACLS = "delete_acls"
+ACTION_DESCRIBE_ACLS = "describe_acls"
+ACTION_ALTER_USER_CREDENTIALS = "alter_user_credentials"
+ACTION_DESCRIBE_USERS = "describe_users"
 
 FETCH = "fetch"
 FETCH_SESSION = "fetch_session"  # a DoExchange stream of fetches (broker/rpc/server.py)
@@ -174,6 +181,12 @@ def to_ads_error(exc: Exception) -> AdsError:
             pass
     if isinstance(exc, flight.FlightTimedOutError):
         return RequestTimedOutError(f"request timed out: {exc}")
+    if isinstance(exc, flight.FlightUnavailableError) and (reason := _tls_failure(str(exc))):
+        # An untrusted or misnamed certificate, TLS against a plaintext listener: retrying cannot help, and
+        # a retriable error would have the client retry until its timeout (Kafka: SslAuthenticationException).
+        return error_for(ErrorCode.SSL_AUTHENTICATION_FAILED, reason)
+    if isinstance(exc, flight.FlightUnauthenticatedError):  # a broker's fixed refusal without an error code
+        return error_for(ErrorCode.SASL_AUTHENTICATION_FAILED, _first_line(exc))
     if isinstance(exc, (flight.FlightUnavailableError, flight.FlightCancelledError, ConnectionError, OSError)):
         return NetworkExceptionError(f"broker unreachable: {_first_line(exc)}")
     if isinstance(exc, pa.ArrowInvalid) and str(exc).startswith(CLOSED_CLIENT_MESSAGE):
@@ -183,6 +196,15 @@ def to_ads_error(exc: Exception) -> AdsError:
     if isinstance(exc, flight.FlightError):
         return error_for(ErrorCode.UNKNOWN_SERVER_ERROR, _first_line(exc))
     return error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def _tls_failure(message: str) -> str | None:
+    """security/tls.classify_tls_failure, imported on a failure only: it loads ``cryptography``."""
+    if "certificate" not in message and "Ssl" not in message and "wrong version" not in message:
+        return None
+    from ads_spark.security.tls import classify_tls_failure
+
+    return classify_tls_failure(message)
 
 
 def _first_line(exc: Exception) -> str:

@@ -59,6 +59,9 @@ REQUIRED: dict[str, Requirement] = {
     "create_acls": Requirement(Operation.ALTER, _CLUSTER),
     "delete_acls": Requirement(Operation.ALTER, _CLUSTER),
     "describe_acls": Requirement(Operation.DESCRIBE, _CLUSTER),
+    # user administration (`ads users`): credentials are cluster-wide, as Kafka's AlterUserScramCredentials
+    "alter_user_credentials": Requirement(Operation.ALTER, _CLUSTER),
+    "describe_users": Requirement(Operation.DESCRIBE, _CLUSTER),
 }
 
 # A second grant that also suffices (Kafka: CreateTopics is allowed by Create on the Cluster).

@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from ads_spark.broker.log import file_modes
 from ads_spark.errors import InvariantViolation, StorageError
 from ads_spark.protocol.names import is_valid_topic_name, shown
 
@@ -56,6 +57,7 @@ def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so that a crash leaves either the old or the new file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
+        file_modes.new_file(tmp)
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())

@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ads_spark.broker.log import file_modes
+
 ENTRY_DTYPE = np.dtype([("base_offset", "<i8"), ("record_count", "<i8"), ("position", "<i8"),
                         ("size", "<i8"), ("max_timestamp_ms", "<i8")])
 TIME_DTYPE = np.dtype([("timestamp_ms", "<i8"), ("base_offset", "<i8")])
@@ -193,6 +195,7 @@ class SegmentIndex:
         self.__init__(self.index_path, self.timeindex_path)
         for path in (self.index_path, self.timeindex_path):
             path.write_bytes(b"")
+            file_modes.new_file(path)
         for entry in entries:
             self.append(entry)
         self.flush()
@@ -213,4 +216,6 @@ class SegmentIndex:
     def _open_handles(self) -> tuple:
         if self._handles is None:
             self._handles = (open(self.index_path, "ab"), open(self.timeindex_path, "ab"))
+            for path in (self.index_path, self.timeindex_path):
+                file_modes.new_file(path)
         return self._handles

@@ -42,12 +42,14 @@ class LogDirs:
         self.recovered_from_clean_shutdown = all(m.recovered_from_clean_shutdown for m in self.managers)
 
     @classmethod
-    def open(cls, log_dirs: Sequence[Path], default_config: LogConfig, now_ms: int) -> "LogDirs":
-        """Recover every partition of every directory (each with its own checkpoints)."""
+    def open(cls, log_dirs: Sequence[Path], default_config: LogConfig, now_ms: int,
+             private: bool = False) -> "LogDirs":
+        """Recover every partition of every directory (each with its own checkpoints); ``private``: owner-only
+        directories and files (``file_modes``)."""
         managers: list[LogManager] = []
         try:
             for log_dir in log_dirs:
-                managers.append(LogManager.open(Path(log_dir), default_config, now_ms))
+                managers.append(LogManager.open(Path(log_dir), default_config, now_ms, private=private))
             return cls(managers)
         except Exception:
             for manager in managers:

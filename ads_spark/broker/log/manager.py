@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Mapping
 
+from ads_spark.broker.log import file_modes
 from ads_spark.broker.log.checkpoints import OffsetCheckpointFile, fsync_directory, write_atomically
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.partition_log import PartitionLog
@@ -97,10 +98,13 @@ class LogManager:
 
     @classmethod
     def open(cls, log_dir: Path, default_config: LogConfig, now_ms: int, *, broker_id: int | None = None,
-             cluster_id: str | None = None) -> "LogManager":
-        """Recover every partition directory under ``log_dir`` and return the manager."""
+             cluster_id: str | None = None, private: bool = False) -> "LogManager":
+        """Recover every partition directory under ``log_dir`` and return the manager. ``private``: make
+        the directory and all in it owner-only first (``file_modes``; the broker's security is on)."""
         log_dir = Path(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
+        if private:
+            file_modes.make_private(log_dir)
         if broker_id is not None or cluster_id is not None:
             ensure_meta_properties(log_dir, broker_id, cluster_id)
         marker = log_dir / CLEAN_SHUTDOWN_MARKER

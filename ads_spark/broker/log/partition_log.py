@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ads_spark.broker.log import file_modes
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.fetched import encode_fetched
@@ -148,7 +149,7 @@ class PartitionLog:
     def open(cls, directory: Path, config: LogConfig, *, recovery_point: int, clean_shutdown: bool,
              now_ms: int, log_start_offset: int | None = None) -> "PartitionLog":
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        file_modes.new_directory(directory)
         remove_stray_files(directory)
         bases = sorted(b for b in (parse_segment_file_name(p.name) for p in directory.iterdir()) if b is not None)
         segments = _load_segments(directory, bases, recovery_point, clean_shutdown, now_ms)

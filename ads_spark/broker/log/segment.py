@@ -34,6 +34,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from ads_spark.broker.log import file_modes
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.index import IndexEntry, IndexInconsistent, SegmentIndex
 from ads_spark.errors import CorruptMessageError, StorageError
@@ -151,6 +152,7 @@ def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], int, i
 
 def _copy_prefix(source: Path, target: Path, length_bytes: int) -> None:
     with open(source, "rb") as src, open(target, "wb") as dst:
+        file_modes.new_file(target)
         copied = 0
         try:
             while copied < length_bytes:
@@ -206,6 +208,7 @@ class LogSegment:
     def create(cls, directory: Path, base_offset: int, now_ms: int) -> "LogSegment":
         path = directory / segment_file_name(base_offset)
         with open(path, "wb") as handle:
+            file_modes.new_file(path)
             handle.write(SCHEMA_MESSAGE)
             handle.flush()
             os.fsync(handle.fileno())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.protocol import wire
 from ads_spark.protocol.names import validate_topic_name
 from ads_spark.replication import reassignment
@@ -133,7 +134,10 @@ class AdminHandlers:
             # may already have moved: clients that can still reach it must ask another broker.
             raise BrokerNotAvailableError(f"broker {self.broker.broker_id} is not connected to ZooKeeper; "
                                           "its metadata may be stale")
-        result = self.broker.metadata.to_json()
+        # Each broker's address on the listener this call came in on (a client outside the cluster's network
+        # is given the EXTERNAL addresses, other brokers the INTERNAL ones); in-process callers: inter-broker.
+        inter_broker = self.broker.config.inter_broker_listener_name
+        result = self.broker.metadata.to_json(call_context.current().listener_name or inter_broker, inter_broker)
         topics = self.broker.metadata.describe(names)
         for topic in topics:
             if not body.get("include_config"):
@@ -142,7 +146,10 @@ class AdminHandlers:
                 # What the overrides come to with this broker's defaults: a tool that counts partitions
                 # under min ISR needs the value that applies, not only an override.
                 topic["min_insync_replicas"] = self.broker._effective(topic["config"])["min.insync.replicas"]
-        result["topics"] = topics
+        # Only what the caller may Describe (an all-topics answer leaves the rest out; a named one is
+        # TOPIC_AUTHORIZATION_FAILED, existing or not), configs only with DescribeConfigs.
+        result["topics"] = authorization.visible_metadata(getattr(self.broker, "security", None), call_context.current(),
+                                                          names, topics, bool(body.get("include_config")))
         return result
 
     def handle_create_topics(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from ads_spark.protocol import request_schemas, wire
 from ads_spark.local_reads import describe_segments, host_identity
 from ads_spark.errors import AdsError, InvalidRecordError, ErrorCode, InvalidRequestError, error_for
 from ads_spark.broker.replica.partition import Partition
+from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.broker.rpc.server import error_response
 from ads_spark.protocol.records import (
     TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, as_message_batch, conform_produce_batch, now_ms,
@@ -74,6 +75,8 @@ class DataHandlers:
             if isinstance(meta, dict) and type(meta.get("correlation_id")) is int:
                 correlation_id = meta["correlation_id"]  # so that even a refusal is matched to its request
             request_schemas.check(request_schemas.PRODUCE_BATCH_METADATA, meta, "produce")
+            # Each chunk names its topic: Write on it, checked before anything reads the batch.
+            authorization.authorize_call(getattr(self.broker, "security", None), call_context.current(), "produce", meta)
             # Checked above (types, ranges, names): read as they are, with the defaults of absent fields.
             topic, partition = meta["topic"], meta["partition"]
             acks = wire.parse_acks(_or(meta.get("acks"), "all"))

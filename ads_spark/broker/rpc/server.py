@@ -1,8 +1,10 @@
 """The broker's Arrow Flight endpoint: decoding, dispatch, and the one error boundary.
 
 Every call enters through here. Bodies are decoded with ``client.wire`` (so a
-malformed request is INVALID_REQUEST before any state is touched), handed to
-the broker's handlers, and every failure leaves as a typed Flight error: an
+malformed request is INVALID_REQUEST before any state is touched), the caller is
+authenticated (``auth_middleware``: its ``CallContext``) and the request
+authorized (``authorization``; also each request inside a stream) before it is
+handed to the broker's handlers, and every failure leaves as a typed Flight error: an
 ``AdsError`` keeps its code, anything unexpected becomes UNKNOWN_SERVER_ERROR
 and is logged, and the server keeps serving. An ``InvariantViolation`` is a bug:
 it is logged and the process exits, because continuing could lose data.
@@ -20,10 +22,11 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from ads_spark.broker.rpc import connections
+from ads_spark.broker.rpc import auth_middleware, authorization, call_context, connections
 from ads_spark.protocol import request_schemas, wire
 from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, InvariantViolation, error_for
 from ads_spark.protocol.records import RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA
+from ads_spark.security.request_acls import FOLLOWER_FETCH, fetch_requirement_name
 
 log = logging.getLogger("ads.broker.server")
 
@@ -55,15 +58,35 @@ def internal_error(where: str) -> AdsError:
                      f"internal error in {where}; the broker logged it under reference {reference}")
 
 
+def listener_location(host: str, port: int, tls: bool) -> str:
+    """The gRPC location a listener binds: ``grpc+tls`` for a TLS listener, an IPv6 host in brackets."""
+    shown_host = f"[{host}]" if ":" in host else host
+    return f"grpc+{'tls' if tls else 'tcp'}://{shown_host}:{port}"
+
+
 class BrokerFlightServer(flight.FlightServerBase):
     """Routes Flight calls to a broker object exposing ``handle_*`` methods."""
 
-    def __init__(self, broker, host: str, port: int):
+    def __init__(self, broker, host: str, port: int, listener_name: str = "PLAINTEXT",
+                 security_protocol: str = "PLAINTEXT", tls=None):
+        """One listener's server. ``tls``: None (plain gRPC), or an ``ads_spark.security.tls.ServerTls``
+        (certificate chain and key, whether a client certificate is required, and the CAs verifying it)."""
         # Counts every stream from its first moment, before Arrow reads from it (broker/rpc/connections.py).
         streams = connections.StreamRegistry(connections.StreamLimits.from_config(getattr(broker, "config", {})))
-        super().__init__(location=f"grpc+tcp://{host}:{port}", middleware=streams.middleware())
+        # Authentication first (broker/rpc/auth_middleware.py): a call it refuses never holds a stream slot.
+        self.calls = auth_middleware.authenticator_for(broker, listener_name, security_protocol,
+                                                       tls is not None and tls.verify_client)
+        middleware = {**self.calls.middleware(auth_middleware.token_verifier(broker)), **streams.middleware()}
+        location = listener_location(host, port, tls is not None)
+        if tls is None:
+            super().__init__(location=location, middleware=middleware)
+        else:
+            super().__init__(location=location, middleware=middleware, tls_certificates=tls.cert_pairs,
+                             verify_client=tls.verify_client, root_certificates=tls.root_certificates)
         self.broker = broker
         self.streams = streams
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
         streams.local_port = self.port
 
     # ---- actions ---------------------------------------------------------------
@@ -74,12 +97,16 @@ class BrokerFlightServer(flight.FlightServerBase):
     def do_action(self, context, action):
         def run():
             name = _action_name(action)
+            ctx = self.calls.context_for(context, name)  # SASL_*: no valid token, no call but authenticate
             check = request_schemas.checker(name)
             handler = self.broker.action_handlers().get(name)
             if handler is None:
                 raise InvalidRequestError(f"action '{name}' is not served by this broker")
-            body = wire.loads(action.body, name) if action.body.size else {}
-            return handler(check(body))
+            body = check(wire.loads(action.body, name) if action.body.size else {})
+            # Before the handler: a refused request changes nothing (not even a recorded controller epoch).
+            authorization.authorize_call(self._security(), ctx, name, body, self._topic_names)
+            with call_context.using(ctx):
+                return handler(body)
 
         result = _boundary("an action", run)
         return [flight.Result(pa.py_buffer(wire.dumps(result)))]
@@ -88,8 +115,11 @@ class BrokerFlightServer(flight.FlightServerBase):
 
     def do_get(self, context, ticket):
         def run():
+            ctx = self.calls.context_for(context)
             request = request_schemas.check(request_schemas.FETCH, wire.loads(ticket.ticket, "fetch"), "fetch")
-            return self.broker.handle_fetch(request)
+            authorization.authorize_call(self._security(), ctx, _fetch_name(request, False), request)
+            with call_context.using(ctx):
+                return self.broker.handle_fetch(request)
 
         responses = _boundary("fetch", run)
         return flight.GeneratorStream(RECORD_SCHEMA, _fetch_stream(responses))
@@ -108,17 +138,23 @@ class BrokerFlightServer(flight.FlightServerBase):
         answering is cut at once instead of holding two client threads until its deadline.
         """
         def run():
+            ctx = self.calls.context_for(context)
             stream = self.streams.attach_call(context)  # refused over flight.streams.per.connection.max
             if descriptor.descriptor_type != flight.DescriptorType.CMD:
                 raise InvalidRequestError("an exchange needs a command descriptor")
             request = request_schemas.check(request_schemas.EXCHANGE_COMMAND,
                                             wire.loads(descriptor.command, "exchange"), "exchange")
-            if request["type"] == wire.PRODUCE:
-                _serve_produce_stream(self.broker, reader, _MetadataAnswers(writer), stream)
-                return
-            replica_messages = bool(request.get("replica_messages", False))
-            writer.begin(REPLICA_MESSAGE_SCHEMA if replica_messages else RECORD_SCHEMA)
-            _serve_fetch_session(self.broker, reader, writer, replica_messages, stream)
+            # Each request inside the stream is authorized too (a produce chunk in data_handlers); the
+            # context stays this thread's for the stream's life.
+            with call_context.using(ctx):
+                if request["type"] == wire.PRODUCE:
+                    _serve_produce_stream(self.broker, reader, _MetadataAnswers(writer), stream)
+                    return
+                replica_messages = bool(request.get("replica_messages", False))
+                if replica_messages:  # a follower's session: refused at once for a caller without ClusterAction
+                    authorization.authorize_call(self._security(), ctx, FOLLOWER_FETCH, {})
+                writer.begin(REPLICA_MESSAGE_SCHEMA if replica_messages else RECORD_SCHEMA)
+                _serve_fetch_session(self.broker, reader, writer, replica_messages, stream)
 
         _boundary("exchange", run)
 
@@ -126,13 +162,31 @@ class BrokerFlightServer(flight.FlightServerBase):
 
     def do_put(self, context, descriptor, reader, writer):
         def run():
+            ctx = self.calls.context_for(context)
             stream = self.streams.attach_call(context)  # refused over flight.streams.per.connection.max
             if descriptor.descriptor_type != flight.DescriptorType.CMD:
                 raise InvalidRequestError("produce needs a command descriptor")
             request_schemas.check(request_schemas.PRODUCE_COMMAND, wire.loads(descriptor.command, "produce"), "produce")
-            _serve_produce_stream(self.broker, reader, writer, stream)
+            with call_context.using(ctx):  # each chunk is authorized in data_handlers.handle_produce_chunk
+                _serve_produce_stream(self.broker, reader, writer, stream)
 
         _boundary("produce", run)
+
+    # ---- authorization -------------------------------------------------------------
+
+    def _security(self):
+        """The broker's security state (``broker.security``); None for a stand-in broker: nothing enforced."""
+        return getattr(self.broker, "security", None)
+
+    def _topic_names(self) -> list[str]:
+        """Every topic this broker knows, for init_producer_id's KIP-679 alternative (Write on any topic)."""
+        return list(self.broker.metadata.topics)
+
+
+def _fetch_name(request: dict, replica_messages: bool) -> str:
+    """``fetch`` or ``follower_fetch``: what a fetch request needs (request_acls.fetch_requirement_name)."""
+    replica_id = request.get("replica_id")
+    return fetch_requirement_name(-1 if replica_id is None else replica_id, replica_messages)
 
 
 # Carries the metadata of a partition with nothing to send. Built once: building it per response
@@ -221,6 +275,7 @@ class _SentPartitions:
 def _serve_fetch_session(broker, reader, writer, replica_messages: bool,
                          stream: connections.Stream = connections.UNTRACKED) -> None:
     empty = _EMPTY_MESSAGE_BATCH if replica_messages else _EMPTY_BATCH
+    security = getattr(broker, "security", None)
     sent = _SentPartitions(time.monotonic()) if replica_messages else None
     while True:
         try:
@@ -230,6 +285,9 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool,
         stream.set_busy(1)  # a long poll in progress: its connection is not idle
         try:
             request = request_schemas.check(request_schemas.FETCH, wire.loads(chunk.app_metadata, "fetch"), "fetch")
+            # Every request of the session, on the session's context: refused ones are answered in-stream.
+            authorization.authorize_call(security, call_context.current(), _fetch_name(request, replica_messages),
+                                         request)
             responses = broker.handle_fetch(request, replica_messages)
             if sent is not None:
                 responses = sent.changed_only(request, responses, time.monotonic())
