@@ -320,14 +320,16 @@ class Consumer:
         request = wire.consumer_fetch_request([(tp.topic, tp.partition, start, meta.leader_epoch)],
                                               max_wait_ms=max_wait_ms, max_bytes=max_bytes,
                                               partition_max_bytes=max_bytes, client_rack=self.client_rack)
-        options = flight.FlightCallOptions(timeout=(max_wait_ms + self._connections.request_timeout_ms) / 1000)
+        transport = self._connections.transport
+        options = transport.call_options((max_wait_ms + self._connections.request_timeout_ms) / 1000,
+                                         (broker.host, broker.port))
         try:
             reader = self._connections.client_for(broker.host, broker.port).do_get(
                 flight.Ticket(wire.dumps(request)), options)
             infos, stored = wire.split_fetch_answer(
                 (wire.loads(chunk.app_metadata, "fetch response"), chunk.data) for chunk in reader)
         except Exception as exc:
-            error = wire.to_ads_error(exc)
+            error = transport.refused(wire.to_ads_error(exc), options)
             if error.retriable:
                 self._connections.drop(broker.host, broker.port)
             raise error from None

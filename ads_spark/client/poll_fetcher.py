@@ -265,7 +265,8 @@ class PollFetcher:
             session = self._sessions.get(key)
             if session is None:
                 session = self._sessions[key] = FetchSession(
-                    lambda: self._connections.client_for(broker.host, broker.port))
+                    lambda: self._connections.client_for(broker.host, broker.port),
+                    transport=self._connections.transport, address=key)
             return session
 
     def _answer_from(self, key, position: int, info: dict | None, batches: list,

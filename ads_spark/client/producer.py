@@ -391,7 +391,8 @@ class Producer:
             address = self._connections.broker(broker_id)
             client = self._connections.client_for(address.host, address.port)
             channel = BrokerChannel(client, broker_id, self.request_timeout_ms + ANSWER_MARGIN_MS,
-                                    on_unsolicited_error=lambda error: self._connections.mark_stale())
+                                    on_unsolicited_error=lambda error: self._connections.mark_stale(),
+                                    transport=self._connections.transport, address=(address.host, address.port))
             self._channels[broker_id] = channel
             self.streams_opened += 1
         return channel

@@ -25,6 +25,10 @@ appends (an answer only when it refuses one, so that the producer refreshes its 
 Kafka closes the connection), and the channel completes the batch with offset -1 as soon as it
 is written to the stream, without waiting for the broker. Records may then be lost unseen.
 
+The stream is opened with the ``transport``'s call options (the SASL token); a refusal of the
+token or a TLS failure reaches the batches as that error, not as a lost stream, so that a client
+without permission fails instead of resending until its delivery timeout.
+
 The stream is an exchange rather than a ``do_put`` because only an exchange's
 client side can be cancelled in pyarrow: an abandoned ``do_put`` held its two
 threads until the stream's deadline, one pair per reconnect.
@@ -43,12 +47,14 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from ads_spark.protocol import wire
-from ads_spark.errors import AdsError, NetworkExceptionError, error_for
+from ads_spark.errors import AdsError, ErrorCode, NetworkExceptionError, error_for
 from ads_spark.protocol.records import PRODUCE_SCHEMA
+from ads_spark.protocol.transport import PLAINTEXT, ClientTransport
 
 log = logging.getLogger("ads.client.channel")
 
 Callback = Callable[[Any, int | None, AdsError | None], None]
+_AUTHENTICATION_CODES = (ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.SSL_AUTHENTICATION_FAILED)
 STREAM_DEADLINE_S = 30 * 60.0  # bounds a stream's life should cancelling it ever fail to end it
 CLOSE_WAIT_S = 5.0  # a closing channel's wait for its threads before it cancels the stream
 THREAD_NAME_PREFIX = "ads-produce-"
@@ -70,8 +76,12 @@ def live_stream_threads(wait_s: float = STREAMS_ENDED_WAIT_S) -> int:
 
 class BrokerChannel:
     def __init__(self, client: flight.FlightClient, broker_id: int, answer_deadline_ms: int,
-                 on_unsolicited_error: Callable[[AdsError], None] | None = None):
+                 on_unsolicited_error: Callable[[AdsError], None] | None = None, *,
+                 transport: ClientTransport = PLAINTEXT, address: tuple[str, int] | None = None):
         self.broker_id = broker_id
+        self._transport = transport
+        self._address = address  # the broker's (host, port): asked first for a token when one is needed
+        self._options: flight.FlightCallOptions | None = None  # the stream's, once opened
         # An error answer to an acks=0 batch already completed: the producer refreshes its metadata.
         self._on_unsolicited_error = on_unsolicited_error
         self.broken = False
@@ -99,7 +109,10 @@ class BrokerChannel:
         meta = dict(meta, correlation_id=correlation_id)
         with self._lock:
             if self.broken:
-                reason = self._broken_by.message if self._broken_by is not None else "closed by the producer"
+                cause = self._broken_by
+                if cause is not None and cause.code in _AUTHENTICATION_CODES and not cause.retriable:
+                    raise error_for(cause.code, cause.message)  # a new stream would be refused the same way
+                reason = cause.message if cause is not None else "closed by the producer"
                 raise NetworkExceptionError(f"produce stream to broker {self.broker_id} is closed ({reason})")
             self._waiting[correlation_id] = (item, callback, time.monotonic())
             fire_and_forget = correlation_id if meta.get("acks") == 0 else None
@@ -124,16 +137,17 @@ class BrokerChannel:
         packets, connecting blocks until gRPC's connect timeout, and only this broker's batches may wait."""
         descriptor = flight.FlightDescriptor.for_command(wire.dumps({"type": wire.PRODUCE}))
         try:
-            writer, reader = self._client.do_exchange(descriptor, flight.FlightCallOptions(timeout=STREAM_DEADLINE_S))
+            self._options = self._transport.call_options(STREAM_DEADLINE_S, self._address)
+            writer, reader = self._client.do_exchange(descriptor, self._options)
         except Exception as exc:
-            self._fail_all(wire.to_ads_error(exc))
+            self._fail_all(self._error_of(exc))
             return False
         with self._lock:
             self._writer, self._reader = writer, reader  # from here on, _fail_all cancels it
         try:
             writer.begin(PRODUCE_SCHEMA)
         except Exception as exc:
-            self._fail_all(wire.to_ads_error(exc))
+            self._fail_all(self._error_of(exc))
             return False
         with self._lock:
             broken = self.broken
@@ -164,7 +178,7 @@ class BrokerChannel:
                 self._writer.write_with_metadata(batch, meta)
             except Exception as exc:
                 log.debug("produce stream to broker %s: write failed: %s", self.broker_id, exc)
-                self._fail_all(wire.to_ads_error(exc))
+                self._fail_all(self._error_of(exc))
                 return
             if fire_and_forget is not None:  # acks=0: sent is done; the offset is unknown (-1)
                 with self._lock:
@@ -201,12 +215,19 @@ class BrokerChannel:
             log.debug("produce stream to broker %s failed: %s", self.broker_id, exc)
             # The broker's reason travels on: a stream refused over flight.streams.max must say so, not
             # surface later as a bare delivery timeout.
-            reason = wire.to_ads_error(exc)
+            reason = self._error_of(exc)
+            if reason.code in _AUTHENTICATION_CODES:  # retrying on a new stream cannot help (or, once, re-authenticates)
+                self._fail_all(reason)
+                return
             self._fail_all(NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}: "
                                                  f"{reason.message or reason}"))
             return
         self._fail_all(NetworkExceptionError(f"lost the produce stream to broker {self.broker_id}"))
         self._thread_ended()
+
+    def _error_of(self, exc: Exception) -> AdsError:
+        """``exc`` as the batches' error; a refused token goes through the transport (retriable once)."""
+        return self._transport.refused(wire.to_ads_error(exc), self._options)
 
     def _thread_ended(self) -> None:
         """The last of the two threads out closes the stream, collecting its status: a stream left to

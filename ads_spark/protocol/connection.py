@@ -4,7 +4,10 @@ A client holds one Flight connection per broker address and one metadata cache
 (brokers, partition leaders and epochs, topic ids) refreshed from any reachable
 broker. Every call goes through ``call_action``/``call_fetch`` so that Flight
 and socket failures come out as typed ``AdsError``s, and a retriable error marks
-the metadata stale so the next attempt finds the new leader.
+the metadata stale so the next attempt finds the new leader. Connections and
+call options (TLS, the SASL token) come from one ``transport.ClientTransport``
+built from the same config; a TLS or authentication failure is not retriable,
+so the retry loops here stop at once instead of running to their timeout.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from typing import Any, Iterable
 import pyarrow.flight as flight
 
 from ads_spark.protocol import wire
+from ads_spark.protocol.transport import ClientTransport
 from ads_spark.errors import (
     AdsError,
+    ErrorCode,
     LeaderNotAvailableError,
     NetworkExceptionError,
     BrokerNotAvailableError,
     RequestTimedOutError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 
@@ -60,13 +66,17 @@ class ClusterView:
     topics: dict[str, dict[int, PartitionMetadata]] = field(default_factory=dict)
     topic_ids: dict[str, str] = field(default_factory=dict)
     fetched_at_ms: int = 0
+    # Topics the caller named but may not Describe (TOPIC_AUTHORIZATION_FAILED), with the broker's message.
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 class Connections:
     """Flight clients by address and the metadata cache; safe to share between threads."""
 
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: dict[str, Any], transport: ClientTransport | None = None):
         self.bootstrap = wire.parse_bootstrap(config.get("bootstrap.servers", ""))
+        self.transport = transport or ClientTransport.from_config(config)
+        self.transport.set_authentication_candidates(self._candidates)
         self.request_timeout_ms = int(config.get("request.timeout.ms", 30000))
         self.retry_backoff_ms = int(config.get("retry.backoff.ms", RETRY_BACKOFF_MS_DEFAULT))
         self.metadata_max_age_ms = int(config.get("metadata.max.age.ms", METADATA_MAX_AGE_MS_DEFAULT))
@@ -83,7 +93,7 @@ class Connections:
         with self._lock:
             found = self._clients.get(key)
             if found is None:
-                found = flight.connect(wire.address_of(host, port))
+                found = self.transport.connect(host, port)
                 self._clients[key] = found
             return found
 
@@ -98,14 +108,19 @@ class Connections:
 
     def call_action(self, host: str, port: int, action: str, body: dict[str, Any],
                     timeout_ms: int | None = None) -> dict[str, Any]:
-        options = flight.FlightCallOptions(timeout=(timeout_ms or self.request_timeout_ms) / 1000)
-        try:
-            results = list(self.client_for(host, port).do_action(flight.Action(action, wire.dumps(body)), options))
-        except Exception as exc:
-            error = wire.to_ads_error(exc)
-            if isinstance(error, NetworkExceptionError):
-                self.drop(host, port)
-            raise error from None
+        timeout_s = (timeout_ms or self.request_timeout_ms) / 1000
+        for attempt in range(2):  # a second only when the broker refused a token the transport then dropped
+            options = self.transport.call_options(timeout_s, (host, port))
+            try:
+                results = list(self.client_for(host, port).do_action(flight.Action(action, wire.dumps(body)), options))
+                break
+            except Exception as exc:
+                error = self.transport.refused(wire.to_ads_error(exc), options)
+                if isinstance(error, NetworkExceptionError):
+                    self.drop(host, port)
+                    error = self.transport.explain_unreachable(error, host, port)
+                if attempt or error.code != ErrorCode.SASL_AUTHENTICATION_FAILED or not error.retriable:
+                    raise error from None
         if not results:
             return {}
         return wire.loads(results[0].body, f"{action} response")
@@ -115,11 +130,16 @@ class Connections:
         address = self.broker(broker_id)
         return self.call_action(address.host, address.port, action, body, timeout_ms)
 
-    def call_any(self, action: str, body: dict[str, Any], timeout_ms: int | None = None) -> dict[str, Any]:
-        """Try the known brokers, then the bootstrap list; the first answer wins."""
+    def _candidates(self) -> list[tuple[str, int]]:
+        """The known brokers (shuffled), then the bootstrap list."""
         candidates = [(b.host, b.port) for b in self._view.brokers.values()]
         random.shuffle(candidates)
-        candidates += [a for a in self.bootstrap if a not in candidates]
+        return candidates + [a for a in self.bootstrap if a not in candidates]
+
+    def call_any(self, action: str, body: dict[str, Any], timeout_ms: int | None = None) -> dict[str, Any]:
+        """Try the known brokers, then the bootstrap list; the first answer wins. A non-retriable error
+        (TLS, authentication, authorization) ends the search: another broker would answer the same."""
+        candidates = self._candidates()
         # A broker that just failed to answer goes last: asking an unreachable one first costs a whole
         # request timeout, on threads (a producer's sender) that every partition waits for.
         now = time.monotonic()
@@ -153,6 +173,8 @@ class Connections:
             view.brokers[int(b["id"])] = BrokerAddress(int(b["id"]), b["host"], int(b["port"]), b.get("rack"))
         for topic in response.get("topics", []):
             if topic.get("error_code"):
+                if topic["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    view.refused[topic["topic"]] = topic.get("message") or f"not authorized for topic '{topic['topic']}'"
                 continue
             view.topic_ids[topic["topic"]] = topic.get("topic_id") or ""
             view.topics[topic["topic"]] = {
@@ -178,7 +200,10 @@ class Connections:
     def partitions_for(self, topic: str) -> dict[int, PartitionMetadata]:
         found = self.view().topics.get(topic)
         if found is None:
-            found = self.refresh([topic]).topics.get(topic)
+            fresh = self.refresh([topic])
+            found = fresh.topics.get(topic)
+            if topic in fresh.refused:  # authorization comes before existence: never "does not exist" here
+                raise TopicAuthorizationFailedError(fresh.refused[topic])
         if found is None:
             raise _absent(f"topic '{topic}' does not exist")
         return found

@@ -11,6 +11,10 @@ Bounds: an answer not complete by the request's deadline (its long-poll wait
 plus the request timeout) is cancelled by the shared watchdog, which fails the
 fetch as retriable and closes the stream; a stream is replaced after
 ``SESSION_ROTATE_S`` so it never meets its own gRPC deadline mid-request.
+
+Call options (the SASL token) come from the ``transport`` the session is given; a broker's refusal
+of the token goes through ``transport.refused``, which makes the first one retriable so that the
+caller's next fetch opens a new stream with a new token.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from ads_spark.protocol import wire
-from ads_spark.errors import AdsError, RequestTimedOutError, error_for
+from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_for
 from ads_spark.protocol.records import RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA
+from ads_spark.protocol.transport import PLAINTEXT, ClientTransport
 
 SESSION_DEADLINE_S = 1800.0  # gRPC's own bound on a stream a vanished peer leaves open
 SESSION_ROTATE_S = 600.0
@@ -36,8 +41,12 @@ ANSWER_CHUNKS_MAX = 1_000_000  # a broker answers one chunk per batch: far below
 class FetchSession:
     """Not for concurrent use by several threads at once: one request is outstanding at a time."""
 
-    def __init__(self, connect: Callable[[], flight.FlightClient], replica_messages: bool = False):
+    def __init__(self, connect: Callable[[], flight.FlightClient], replica_messages: bool = False, *,
+                 transport: ClientTransport = PLAINTEXT, address: tuple[str, int] | None = None):
         self._connect = connect  # the broker's current client (a dropped one is replaced)
+        self._transport = transport
+        self._address = address  # the broker's (host, port): asked first for a token when one is needed
+        self._stream_options: flight.FlightCallOptions | None = None  # what the open stream was opened with
         # A follower's session: batches arrive as the leader's stored IPC messages (REPLICA_MESSAGE_SCHEMA).
         self._replica_messages = replica_messages
         self._lock = threading.Lock()
@@ -57,13 +66,17 @@ class FetchSession:
                 self.deadline_monotonic = time.monotonic() + timeout_s
                 self._writer.write_metadata(pa.py_buffer(wire.dumps(request)))
                 return self._read_answer()
-            except AdsError:
-                raise
+            except AdsError as error:
+                options = self._stream_options
+                if error.code == ErrorCode.SASL_AUTHENTICATION_FAILED:  # the stream's token: a new stream, new token
+                    self._close_locked()
+                raise self._transport.refused(error, options) from None
             except Exception as exc:
+                options = self._stream_options
                 self._close_locked()
                 if self._timed_out:
                     raise RequestTimedOutError(f"fetch unanswered after {timeout_s:.1f}s") from None
-                raise wire.to_ads_error(exc) from None
+                raise self._transport.refused(wire.to_ads_error(exc), options) from None
             finally:
                 self.deadline_monotonic = None
 
@@ -89,15 +102,17 @@ class FetchSession:
         # Opening a stream waits for the connection under the stream's own (long) deadline; a broker
         # whose packets are dropped would hold it for gRPC's connect timeout. A bounded call first.
         try:
-            client.list_actions(flight.FlightCallOptions(timeout=timeout_s))
-        except (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError):
+            client.list_actions(self._transport.call_options(timeout_s, self._address))
+        except (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError,
+                flight.FlightUnauthenticatedError, AdsError):
             raise
         except Exception:  # any answer at all (even "not implemented") says the broker is reachable
             pass
         descriptor = flight.FlightDescriptor.for_command(wire.dumps(
             {"type": wire.FETCH_SESSION, "replica_messages": self._replica_messages}))
-        self._writer, self._reader = client.do_exchange(
-            descriptor, flight.FlightCallOptions(timeout=SESSION_DEADLINE_S))
+        options = self._transport.call_options(SESSION_DEADLINE_S, self._address)
+        self._writer, self._reader = client.do_exchange(descriptor, options)
+        self._stream_options = options
         self._writer.begin(REPLICA_MESSAGE_SCHEMA if self._replica_messages else RECORD_SCHEMA)
         self._opened_monotonic = time.monotonic()
         _WATCHDOG.add(self)
@@ -119,6 +134,7 @@ class FetchSession:
 
     def _close_locked(self) -> None:
         writer, self._writer, self._reader = self._writer, None, None
+        self._stream_options = None
         if writer is not None:
             try:
                 writer.done_writing()

@@ -5,17 +5,20 @@ Owns ``security.protocol``, ``sasl.mechanism``, ``sasl.username``/``sasl.passwor
 small tokenizer (quoted values with Java's escapes, a control flag, a closing ``;``) and only
 ``PlainLoginModule`` is accepted: nothing is imported or evaluated. Errors name the key and a position,
 never a value, since any value may be (part of) a password; the password ends up in a ``Secret``.
-TLS settings (``ssl.*``) are not parsed here.
+The client's TLS settings (``ssl.truststore.location``, ``ssl.keystore.location``, ``ssl.key.password``,
+``ssl.endpoint.identification.algorithm``) and ADS's ``sasl.token`` (a token from the broker's
+``authenticate`` action, what Spark executors get instead of a password) are parsed here as well; the
+files are read by ``protocol/transport.py`` (this module does no I/O).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ads_spark.errors import InvalidConfigError
-from ads_spark.security.credentials import CredentialFormatError, Secret, validate_username
+from ads_spark.security.credentials import MAX_TOKEN_CHARS, CredentialFormatError, Secret, validate_username
 
 
 class SecurityConfigError(InvalidConfigError):
@@ -33,8 +36,13 @@ PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 # all of them mean "log in with these options".
 JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
 MAX_JAAS_CONFIG_CHARS = 8192
-CLIENT_SECURITY_KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
-                        "sasl.jaas.config")
+SASL_KEYS = ("sasl.mechanism", "sasl.username", "sasl.password", "sasl.jaas.config", "sasl.token")
+SSL_KEYS = ("ssl.truststore.location", "ssl.keystore.location", "ssl.key.password",
+            "ssl.endpoint.identification.algorithm")
+CLIENT_SECURITY_KEYS = ("security.protocol", *SASL_KEYS, *SSL_KEYS)
+# Kafka's values: "https" checks the broker certificate's names against the host dialled, "" does not.
+ENDPOINT_IDENTIFICATION_ALGORITHMS = ("https", "")
+
 _JAVA_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
 _WORD = re.compile(r"[A-Za-z0-9_.$-]+")
 _CLASS_NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*LoginModule")
@@ -44,12 +52,19 @@ _CLASS_NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*
 class ClientSecurity:
     """A client's security settings: the protocol and, for SASL, who it authenticates as.
 
-    Pickling fails while ``password`` is set (a ``Secret``): Spark executors get a token, not this."""
+    Pickling fails while ``password`` or ``key_password`` is set (a ``Secret``): Spark executors get a
+    token, not this. ``token`` is a bearer token given directly (``sasl.token``); it never shows in a repr.
+    The ``*_location`` fields are file paths, read by ``protocol/transport.py``."""
 
     protocol: str = "PLAINTEXT"
     mechanism: str | None = None
     username: str | None = None
     password: Secret | None = None
+    token: str | None = field(default=None, repr=False)
+    truststore_location: str | None = None
+    keystore_location: str | None = None
+    key_password: Secret | None = None
+    check_hostname: bool = True
 
     @property
     def uses_tls(self) -> bool:
@@ -168,33 +183,82 @@ def _client_username(value: Any, key: str) -> str:
         raise SecurityConfigError(key, f"user name {exc.message.split(': ', 1)[1]}") from None
 
 
+_UNSTRIPPED = ("sasl.password", "ssl.key.password")  # a password may begin or end with a blank
+
+
 def _setting(config: Mapping[str, Any], prefix: str, name: str) -> Any:
     value = config.get(prefix + name)
-    return value.strip() if isinstance(value, str) and name != "sasl.password" else value
+    return value.strip() if isinstance(value, str) and name not in _UNSTRIPPED else value
 
 
 def parse_client_security(config: Mapping[str, Any], *, prefix: str = "") -> ClientSecurity:
     """The security settings among ``config``'s keys (``prefix`` + Kafka's names, e.g. ``ads.`` in Spark).
 
     Keys other than ``CLIENT_SECURITY_KEYS`` are left to their owners. Credentials come from either
-    ``sasl.jaas.config`` or ``sasl.username``/``sasl.password``, never both; SASL settings with a
-    non-SASL protocol are refused rather than ignored, as every key must do something."""
+    ``sasl.jaas.config``, ``sasl.username``/``sasl.password`` or ``sasl.token``, exactly one way; SASL
+    settings with a non-SASL protocol, and ``ssl.*`` files with a protocol without TLS, are refused
+    rather than ignored, as every key must do something. An empty value counts as not set."""
     protocol_key = prefix + "security.protocol"
     protocol = _setting(config, prefix, "security.protocol") or "PLAINTEXT"
     if not isinstance(protocol, str) or protocol.upper() not in SECURITY_PROTOCOLS:
         raise SecurityConfigError(protocol_key, f"must be one of {', '.join(SECURITY_PROTOCOLS)}")
     protocol = protocol.upper()
-    given = [name for name in CLIENT_SECURITY_KEYS[1:] if _setting(config, prefix, name) not in (None, "")]
+    given = [name for name in SASL_KEYS if _setting(config, prefix, name) not in (None, "")]
+    if not protocol.startswith("SASL_") and given:
+        raise SecurityConfigError(prefix + given[0], f"needs {protocol_key} SASL_PLAINTEXT or SASL_SSL "
+                                                     f"(it is {protocol})")
+    tls = _tls_settings(config, prefix, protocol)
     if not protocol.startswith("SASL_"):
-        if given:
-            raise SecurityConfigError(prefix + given[0], f"needs {protocol_key} SASL_PLAINTEXT or SASL_SSL "
-                                                         f"(it is {protocol})")
-        return ClientSecurity(protocol)
+        return ClientSecurity(protocol, **tls)
     mechanism = _setting(config, prefix, "sasl.mechanism") or "PLAIN"
     if not isinstance(mechanism, str) or mechanism.upper() not in SASL_MECHANISMS:
         raise SecurityConfigError(prefix + "sasl.mechanism", f"must be one of {', '.join(SASL_MECHANISMS)}")
+    if "sasl.token" in given:
+        return ClientSecurity(protocol, mechanism.upper(), token=_token(config, prefix, given), **tls)
     username, password = _sasl_credentials(config, prefix, given)
-    return ClientSecurity(protocol, mechanism.upper(), username, password)
+    return ClientSecurity(protocol, mechanism.upper(), username, password, **tls)
+
+
+def _tls_settings(config: Mapping[str, Any], prefix: str, protocol: str) -> dict[str, Any]:
+    """The ``ssl.*`` fields of ``ClientSecurity``: file locations, the key's password, hostname checking."""
+    algorithm_key = prefix + "ssl.endpoint.identification.algorithm"
+    algorithm = _setting(config, prefix, "ssl.endpoint.identification.algorithm")
+    algorithm = "https" if algorithm is None else algorithm
+    if not isinstance(algorithm, str) or algorithm.lower() not in ENDPOINT_IDENTIFICATION_ALGORITHMS:
+        raise SecurityConfigError(algorithm_key, "must be https (check the broker's host name) or empty (do not)")
+    files = {name: _setting(config, prefix, name) for name in SSL_KEYS[:3]}
+    given = [name for name, value in files.items() if value not in (None, "")]
+    if protocol not in ("SSL", "SASL_SSL"):
+        if given or algorithm == "":  # "https", the default, changes nothing without TLS
+            raise SecurityConfigError(prefix + (given[0] if given else "ssl.endpoint.identification.algorithm"),
+                                      f"needs {prefix}security.protocol SSL or SASL_SSL (it is {protocol})")
+        return {}
+    for name in given:
+        if not isinstance(files[name], (str, Secret) if name == "ssl.key.password" else str):
+            raise SecurityConfigError(prefix + name, "must be a string")
+    if "ssl.key.password" in given and "ssl.keystore.location" not in given:
+        raise SecurityConfigError(prefix + "ssl.key.password", f"needs {prefix}ssl.keystore.location "
+                                                               "(the password decrypts the keystore's key)")
+    key_password = files["ssl.key.password"] if "ssl.key.password" in given else None
+    return {"truststore_location": files["ssl.truststore.location"] or None,
+            "keystore_location": files["ssl.keystore.location"] or None,
+            "key_password": key_password if key_password is None or isinstance(key_password, Secret)
+            else Secret(key_password),
+            "check_hostname": algorithm.lower() == "https"}
+
+
+def _token(config: Mapping[str, Any], prefix: str, given: list[str]) -> str:
+    """``sasl.token``: a token the broker's ``authenticate`` issued, used as is (there is no password)."""
+    for name in ("sasl.username", "sasl.password", "sasl.jaas.config"):
+        if name in given:
+            raise SecurityConfigError(prefix + name, f"set either {prefix}sasl.token or a password, not both")
+    token = _setting(config, prefix, "sasl.token")
+    if isinstance(token, Secret):
+        token = token.reveal()
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or not token.isascii() or not token.isprintable():
+        raise SecurityConfigError(prefix + "sasl.token", f"must be a token of at most {MAX_TOKEN_CHARS} "
+                                                         "printable ASCII characters")
+    return token
 
 
 def _sasl_credentials(config: Mapping[str, Any], prefix: str, given: list[str]) -> tuple[str, Secret]:

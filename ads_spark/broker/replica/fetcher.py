@@ -21,6 +21,10 @@ the thread's fetches for a backoff that doubles from 10 ms up to
 ``replica.fetch.backoff.ms``, as Kafka's fetcher delays a partition with an
 error; a LeaderAndIsr for it (``add``) ends the backoff, since that is what
 usually resolves the error.
+
+Fetches go to the leader's inter-broker endpoint through one ``ClientTransport`` per broker, built from
+``config.inter_broker_client_config``: TLS and the broker's own SASL credentials as its clients would
+use them, and one token shared by every fetcher thread.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import pyarrow.flight as flight
 
 from ads_spark.protocol import wire
 from ads_spark.protocol.fetch_session import FetchSession
+from ads_spark.protocol.transport import PLAINTEXT, ClientTransport
 from ads_spark.errors import AdsError, ErrorCode, InvariantViolation
 from ads_spark.broker.replica.partition import Partition
 from ads_spark.protocol.records import message_of, now_ms
@@ -54,15 +59,18 @@ class LeaderEndpoint:
 
 
 class FetcherThread(threading.Thread):
-    def __init__(self, manager: "ReplicaFetcherManager", leader: LeaderEndpoint, index: int):
+    def __init__(self, manager: "ReplicaFetcherManager", leader: LeaderEndpoint, index: int,
+                 transport: ClientTransport = PLAINTEXT):
         super().__init__(name=f"replica-fetcher-{leader.broker_id}-{index}", daemon=True)
+        self._transport = transport
         self.manager = manager
         self.leader = leader
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self._client: flight.FlightClient | None = None
-        self._session = FetchSession(self._connect, replica_messages=True)
+        self._session = FetchSession(self._connect, replica_messages=True, transport=transport,
+                                     address=(leader.host, leader.port))
         self._cut_short = threading.Event()  # set by add(): the failing fetch was cancelled on purpose
         # partition -> (refused fetches in a row, monotonic s before which it is not fetched); every key
         # is in ``partitions``: discard() and add() remove it, an answer without an error too
@@ -121,7 +129,7 @@ class FetcherThread(threading.Thread):
 
     def _connect(self) -> flight.FlightClient:
         if self._client is None:
-            self._client = flight.connect(wire.address_of(self.leader.host, self.leader.port))
+            self._client = self._transport.connect(self.leader.host, self.leader.port)
         return self._client
 
     def _close_client(self) -> None:
@@ -178,6 +186,16 @@ class FetcherThread(threading.Thread):
             self._backoff[key] = (refused + 1, time.monotonic() + delay_s)
 
 
+def inter_broker_transport(config) -> ClientTransport:
+    """How this broker dials other brokers' inter-broker listener; a plain dict config has no security keys.
+
+    The keystore and truststore are read here, so a broker whose files are wrong does not start."""
+    client_config = getattr(config, "inter_broker_client_config", None)
+    if client_config is None:
+        return PLAINTEXT
+    return ClientTransport.from_config(client_config(""))
+
+
 class ReplicaFetcherManager:
     """Which fetcher thread follows which partition; threads come and go with leadership."""
 
@@ -186,6 +204,7 @@ class ReplicaFetcherManager:
         self.config = config
         self.replicas = replicas
         self.broker_epoch = broker_epoch_fn
+        self.transport = inter_broker_transport(config)
         self.on_fatal = lambda reason: None  # the broker sets it: a broken invariant stops the process
         self._threads: dict[tuple[int, int, str, int], FetcherThread] = {}
         self._assigned: dict[tuple[str, int], tuple[int, int, str, int]] = {}
@@ -205,7 +224,7 @@ class ReplicaFetcherManager:
                 return
             thread = self._threads.get(thread_key)
             if thread is None:
-                thread = FetcherThread(self, leader, index)
+                thread = FetcherThread(self, leader, index, self.transport)
                 self._threads[thread_key] = thread
                 thread.start()
             thread.add(partition)
