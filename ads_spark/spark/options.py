@@ -7,6 +7,12 @@ every ``ads.<name>`` option becomes ``<name>`` in the client config (``ads.boots
 refused with a hint, client settings no ADS client honours (``interceptor.classes``) are
 refused, and booleans, positive integers, durations and sizes are parsed with one
 "option '<name>' ..." message each. Pure: no connection is opened and nothing heavy is imported.
+
+Security (issue #23) follows Spark's Kafka connector with ``ads.`` for ``kafka.``:
+``ads.security.protocol``, ``ads.ssl.*`` and ``ads.sasl.*`` (``ads.sasl.jaas.config`` parsed as data by
+``security.client_security``, its errors naming the ``ads.`` key). The SASL login is split off the
+client config here (``split_login``): the password lives only in a ``Secret`` on the driver, which
+authenticates and ships ``sasl.token`` to executors (``ads_spark.spark.clients``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any, Mapping
 
 from ads_spark.config import parse_bool
 from ads_spark.errors import InvalidConfigError
+from ads_spark.security.client_security import ClientSecurity, SecurityConfigError, parse_client_security
 
 CLIENT_PREFIX = "ads."
 
@@ -30,6 +37,16 @@ _CLIENT_KEYS_UNSUPPORTED = {
     "interceptor.classes": "the ADS clients run no interceptors (Spark's Kafka source refuses them too: "
                            "an interceptor could change the records a query reads)",
 }
+
+
+# Kafka's client security keys the source and sink pass on (as ``ads.<key>``); the clients read them.
+SECURITY_KEYS = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "sasl.jaas.config",
+    "ssl.truststore.location", "ssl.keystore.location", "ssl.key.password", "ssl.endpoint.identification.algorithm",
+})
+# Who the driver logs in as: read on the driver only, never part of a config that reaches an executor.
+LOGIN_KEYS = ("sasl.username", "sasl.password", "sasl.jaas.config")
+TOKEN_KEY = "sasl.token"  # what executors authenticate with instead (set by the driver, never by the user)
 
 
 def lower_keys(options: Mapping[str, Any]) -> dict[str, str]:
@@ -47,6 +64,7 @@ def parse_client_config(opts: Mapping[str, str]) -> dict[str, str]:
     for key, reason in _CLIENT_KEYS_UNSUPPORTED.items():
         if key in config:
             raise InvalidConfigError(f"option 'ads.{key}' is not supported: {reason}")
+    check_security(opts)
     servers = config.get("bootstrap.servers", "").strip()
     if not servers:
         raise InvalidConfigError("option 'ads.bootstrap.servers' is required: a comma-separated list of "
@@ -58,6 +76,23 @@ def parse_client_config(opts: Mapping[str, str]) -> dict[str, str]:
                                      f"expected host:port")
     config["bootstrap.servers"] = servers
     return config
+
+
+def check_security(opts: Mapping[str, str]) -> ClientSecurity:
+    """Validate the ``ads.`` security options (``client_security.parse_client_security`` with the ``ads.``
+    prefix, so errors name the option as the user wrote it, never its value: it may be a password)."""
+    if opts.get(CLIENT_PREFIX + TOKEN_KEY, "") != "":
+        raise SecurityConfigError(CLIENT_PREFIX + TOKEN_KEY, "is set by the driver for its executors; give "
+                                  "ads.sasl.username and ads.sasl.password, or ads.sasl.jaas.config")
+    return parse_client_security(opts, prefix=CLIENT_PREFIX)
+
+
+def split_login(config: Mapping[str, str]) -> tuple[dict[str, str], ClientSecurity | None]:
+    """``config`` (a parsed client config) without the SASL login keys, and the login (its password a
+    ``Secret``) when the protocol is SASL_*; the login keys must never reach an executor."""
+    security = parse_client_security(config)
+    rest = {k: v for k, v in config.items() if k not in LOGIN_KEYS}
+    return rest, (security if security.uses_sasl else None)
 
 
 def option_bool(opts: Mapping[str, str], key: str, option: str, default: bool) -> bool:

@@ -13,7 +13,9 @@ Checked twice: the options and the Spark schema on the driver when the write
 starts (clear errors before any task runs), and each Arrow batch on executors.
 The client pass-through (``ads.*``) and booleans are read as the source reads them
 (``ads_spark.spark.options``); an ``ads.<key>`` the producer does not read
-(``config.PRODUCER_KEYS``) is refused then, not only when a task builds it.
+(``config.PRODUCER_KEYS``, plus the security keys) is refused then, not only when a task builds it.
+The SASL login is kept apart from ``client_config`` (``login``): the writer is built on the driver,
+which authenticates and gives the writer a token instead (``writer._validated``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from pyspark.sql.types import (
 from ads_spark.config import PRODUCER_KEYS
 from ads_spark.errors import InvalidConfigError, InvalidRequestError
 from ads_spark.protocol.records import HEADER_TYPE, PRODUCE_SCHEMA, now_ms
-from ads_spark.spark.options import lower_keys, option_bool, parse_client_config
+from ads_spark.security.client_security import ClientSecurity
+from ads_spark.spark.options import SECURITY_KEYS, lower_keys, option_bool, parse_client_config, split_login
 
 ACKS_CHOICES = ("0", "1", "all", "-1")
 DELIVERY_WAIT_S_DEFAULT = 300.0  # bound on flush() at the end of a task
@@ -57,12 +60,13 @@ class SinkOptions:
     delivery_wait_s: float = DELIVERY_WAIT_S_DEFAULT
     # Streaming writes replay without duplicates (derived producer ids); needs acks=all and idempotence.
     exactly_once: bool = True
+    login: ClientSecurity | None = None  # SASL: replaced by sasl.token in client_config before shipping
 
 
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     opts = lower_keys(options)
     config = parse_client_config(opts)
-    unknown = sorted(key for key in config if key not in PRODUCER_KEYS)
+    unknown = sorted(key for key in config if key not in PRODUCER_KEYS and key not in SECURITY_KEYS)
     if unknown:  # on the driver: the Producer would refuse it only in a task
         raise InvalidConfigError(f"option 'ads.{unknown[0]}' is not a producer setting the ads sink can pass on "
                                  f"(known: {', '.join('ads.' + k for k in sorted(PRODUCER_KEYS))})")
@@ -77,7 +81,8 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise InvalidConfigError("option 'topic' is empty: give a topic name or drop the option")
-    return SinkOptions(config, topic.strip() if topic else None, exactly_once=idempotent)
+    config, login = split_login(config)
+    return SinkOptions(config, topic.strip() if topic else None, exactly_once=idempotent, login=login)
 
 
 def check_input_schema(schema: StructType, options: SinkOptions) -> None:

@@ -24,6 +24,13 @@ runs. ``overwrite`` is refused here with a message pointing to append.
 
 Writers are pickled to executors; they hold options and the schema only.
 The producer comes from the per-process cache in ``ads_spark.spark.clients``.
+
+Security (SASL): the writer is made on the driver, which authenticates there (``_validated``:
+a wrong password fails ``save()``/``start()`` at once) and gives the writer ``sasl.token`` in
+place of the login. Spark pickles a streaming writer once per query, so its tasks keep that
+token: a streaming write cannot outlive the broker's ``authentication.token.lifetime.ms``; its
+tasks then fail with SASL_AUTHENTICATION_FAILED and a restart from the checkpoint (exactly-once)
+authenticates again.
 """
 
 from __future__ import annotations
@@ -32,13 +39,18 @@ import hashlib
 import logging
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ads_spark.errors import InvalidConfigError, RequestTimedOutError, UnknownTopicOrPartitionError
+from ads_spark.errors import (
+    InvalidConfigError,
+    RequestTimedOutError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 from ads_spark.spark.sink.options import (
     BATCH_MODE_HINT,
     SinkOptions,
@@ -204,7 +216,13 @@ def _chunk_bytes_max(admin, topic: str, config: Mapping[str, str]) -> int:
     from ads_spark.client.producer_config import DEFAULT_REQUEST_BYTES_MAX
 
     request_max = int(config.get("max.request.size", DEFAULT_REQUEST_BYTES_MAX))
-    configs = {entry["name"]: entry["value"] for entry in admin.describe_configs(topic).get("configs", [])}
+    try:
+        described = admin.describe_configs(topic)
+    except TopicAuthorizationFailedError:
+        # A producer needs Write and Describe, not DescribeConfigs (Kafka's `--producer` grants none): without
+        # it the topic's limit is unknown and the producer's applies (a larger batch is refused, a clear error).
+        return max(1, request_max)
+    configs = {entry["name"]: entry["value"] for entry in described.get("configs", [])}
     topic_max = int(configs.get("max.message.bytes") or request_max)
     return max(1, min(request_max, topic_max))
 
@@ -270,7 +288,10 @@ def _validated(options: Mapping[str, Any], schema, overwrite: bool) -> SinkOptio
         raise InvalidConfigError(f"mode('overwrite') is not supported: {BATCH_MODE_HINT}")
     parsed = parse_sink_options(options)
     check_input_schema(schema, parsed)
-    return parsed
+    if parsed.login is None:
+        return parsed
+    handle = clients.register_login(parsed.client_config, parsed.login)
+    return replace(parsed, client_config=clients.driver_config(parsed.client_config, handle), login=None)
 
 
 def _summarise(messages, what: str) -> int:

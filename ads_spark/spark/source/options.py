@@ -10,7 +10,9 @@ readers work from typed values instead of strings.
 The client pass-through (``ads.<name>`` -> ``<name>``) and the scalar kinds
 (booleans, positive integers, durations, sizes) are shared with the sink and
 live in ``ads_spark.spark.options``; an ``ads.<name>`` the consumer does not
-read (``config.CONSUMER_KEYS``) is refused here, at ``load()``.
+read (``config.CONSUMER_KEYS``, plus the security keys ``spark.options.SECURITY_KEYS``) is refused
+here, at ``load()``. The SASL login is kept apart from ``client_config`` (``login``) so that no
+password is ever part of what a reader ships to executors.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from typing import Any, Mapping
 
 from ads_spark.config import CONSUMER_KEYS
 from ads_spark.errors import InvalidConfigError
+from ads_spark.security.client_security import ClientSecurity
 from ads_spark.spark.options import (
+    SECURITY_KEYS,
     lower_keys,
     option_bool,
     parse_bytes,
     parse_client_config,
     parse_duration_ms,
     positive_int,
+    split_login,
 )
 
 EARLIEST = -2  # in offsets JSON: the log start offset of the partition
@@ -108,6 +113,10 @@ class SourceOptions:
     max_bytes_per_trigger: int | None = None
     starting_timestamp_strategy: str = "error"  # one of TIMESTAMP_STRATEGIES
     extra: dict[str, str] = field(default_factory=dict)
+    # SASL: who the driver logs in as (its password a Secret, which refuses pickling) until a reader
+    # registers it in the driver process (``clients.register_login``) and keeps only the handle.
+    login: ClientSecurity | None = None
+    login_handle: str = ""
 
     @property
     def bootstrap_servers(self) -> str:
@@ -128,10 +137,11 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
     for key in _CLIENT_KEYS_FORBIDDEN:
         if key in client_config:
             raise InvalidConfigError(f"option 'ads.{key}' is not supported: {_CLIENT_KEYS_FORBIDDEN[key]}")
-    unknown = sorted(key for key in client_config if key not in CONSUMER_KEYS)
+    unknown = sorted(key for key in client_config if key not in CONSUMER_KEYS and key not in SECURITY_KEYS)
     if unknown:  # at load(), on the driver: the Consumer would refuse it only when a reader builds one
         raise InvalidConfigError(f"option 'ads.{unknown[0]}' is not a consumer setting the ads source can pass on "
                                  f"(known: {', '.join('ads.' + k for k in sorted(CONSUMER_KEYS))})")
+    client_config, login = split_login(client_config)
     starting, ending = _parse_offset_specs(opts, streaming)
     max_offsets = positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     min_offsets = positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
@@ -140,6 +150,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
                                  f"maxOffsetsPerTrigger ({max_offsets})")
     return SourceOptions(
         client_config=client_config,
+        login=login,
         subscription=parse_subscription(opts),
         starting=starting,
         ending=ending,

@@ -14,12 +14,21 @@ Data loss at read time (offsets removed by retention after planning, a topic
 re-created, records planned but no longer below the HW) follows failOnDataLoss
 exactly as planning does: an error naming the option, or a warning and the
 earliest offsets still available.
+
+Security (SASL): a reader registers the query's login in the driver process and keeps only its
+handle (``clients.register_login``); every planning call uses ``clients.driver_config``, which
+authenticates once and renews the token past half its life, and every planned partition travels
+wrapped with the current token (``TokenPartition``), so executors read with a token that has at
+least half its life left and never see the password. The hook for a long stream is ``partitions``
+(planned each micro-batch on the driver); the executor-side reader Spark pickles once per query
+carries no token at all.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import pyarrow as pa
@@ -149,7 +158,36 @@ def _read_resolved(options: SourceOptions, piece: DeferredRange) -> Iterator[pa.
     yield from read_range(options, lookups.resolve_piece(admin, piece, options.starting_timestamp_strategy))
 
 
+@dataclass(frozen=True)
+class TokenPartition(InputPartition):
+    """A planned partition and the token (SASL) its task authenticates with; the token is kept out of repr."""
+
+    inner: InputPartition
+    token: str = field(repr=False)
+
+
+def _secured(options: SourceOptions) -> SourceOptions:
+    """On the driver: the login moves into this process's registry; the reader keeps its handle."""
+    if options.login is None:
+        return options
+    return replace(options, login=None, login_handle=clients.register_login(options.client_config, options.login))
+
+
+def _driver_config(options: SourceOptions) -> dict:
+    return clients.driver_config(options.client_config, options.login_handle)
+
+
+def _with_token(options: SourceOptions, config: dict, partitions: list) -> list:
+    """Each partition wrapped with the token of ``config`` (the driver's), when the query uses SASL."""
+    if not options.login_handle:
+        return partitions
+    return [TokenPartition(p, config[clients.TOKEN_KEY]) for p in partitions]
+
+
 def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, TokenPartition):
+        options = replace(options, client_config=clients.with_token(options.client_config, partition.token))
+        partition = partition.inner
     if isinstance(partition, DeferredRange):
         return read_ahead(lambda: _read_resolved(options, partition))
     if not isinstance(partition, OffsetRange):  # Spark's placeholder when there is nothing to read
@@ -162,21 +200,22 @@ def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterat
 
 class AdsBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions):
-        self.options = options
+        self.options = _secured(options)
 
     def partitions(self) -> list[OffsetRange | DeferredRange]:
         """Planned once per DataFrame (pyspark keeps the result), so ends that follow an option
         are resolved again by each task when it reads (``resolution.py``); planning checks them
         now too, so that a bad option fails before any task runs."""
         o = self.options
-        admin = clients.admin_for(o.client_config)
+        config = _driver_config(o)
+        admin = clients.admin_for(config)
         snapshot = lookups.take_snapshot(admin, o.subscription, require_existing=True)
         start_ts = lookups.offsets_for_timestamps(admin, timestamp_lookups(o.starting, snapshot))
         start_ts = check_starting_timestamps(o.starting, snapshot, start_ts, o.starting_timestamp_strategy)
         end_ts = lookups.offsets_for_timestamps(admin, timestamp_lookups(o.ending, snapshot))
         ranges = plan_batch(o.starting, o.ending, snapshot, start_ts, end_ts, o.fail_on_data_loss)
         pieces = split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
-        return defer_batch(pieces, o.starting, o.ending, snapshot)
+        return _with_token(o, config, defer_batch(pieces, o.starting, o.ending, snapshot))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(self.options, partition)
@@ -187,7 +226,7 @@ class AdsBatchReader(DataSourceReader):
 
 class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions):
-        self.options = options
+        self.options = _secured(options)
         # Planner-process state (never needed on executors, harmless when pickled):
         self._last_trigger_ms: int | None = None  # when the last non-empty batch was admitted
         self._available_now_target: dict | None = None  # offsets JSON seen at AvailableNow start
@@ -196,12 +235,12 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _snapshot(self):
         """Partitions that cannot answer now (no leader) are left out: they keep their offsets (lookups.py)."""
-        admin = clients.admin_for(self.options.client_config)
+        admin = clients.admin_for(_driver_config(self.options))
         return admin, lookups.take_snapshot(admin, self.options.subscription, require_existing=False)
 
     def _complete_snapshot(self):
         """Every existing partition, waiting (bounded) for leaders: startingOffsets applies to each of them."""
-        admin = clients.admin_for(self.options.client_config)
+        admin = clients.admin_for(_driver_config(self.options))
         return admin, lookups.take_complete_snapshot(admin, self.options.subscription)
 
     def initialOffset(self) -> dict:
@@ -249,7 +288,7 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return rewound.to_json_dict()
         record_bytes = {}
         if limits is not None and limits.max_bytes is not None:
-            consumer = clients.consumer_for(self.options.client_config)
+            consumer = clients.consumer_for(_driver_config(self.options))
             hws = latest_of(snapshot).offsets
             record_bytes = lookups.record_bytes_estimates(consumer, start_offset.offsets, hws)
         target = SourceOffset.from_json_dict(self._available_now_target) if self._available_now_target else None
@@ -273,7 +312,7 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wanted = truncation.offsets_to_check(start, snapshot)
         if not wanted:
             return None, snapshot
-        answers = lookups.epoch_end_offsets(clients.consumer_for(self.options.client_config), wanted)
+        answers = lookups.epoch_end_offsets(clients.consumer_for(_driver_config(self.options)), wanted)
         snapshot = lookups.without_partitions(snapshot, set(wanted) - set(answers))
         return truncation.rewind(start, truncation.truncations(start, answers),
                                  self.options.fail_on_data_loss), snapshot
@@ -289,11 +328,13 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
         start_offset, end_offset = SourceOffset.from_json_dict(start), SourceOffset.from_json_dict(end)
         missing = partitions_without_start(start_offset, end_offset)
+        config = _driver_config(self.options)  # the micro-batch hook: a token past half its life is renewed
         new_starts = {}
         if missing:
-            new_starts = lookups.log_start_offsets(clients.admin_for(self.options.client_config), missing)
+            new_starts = lookups.log_start_offsets(clients.admin_for(config), missing)
         ranges = plan_ranges(start_offset, end_offset, new_starts)
-        return split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
+        return _with_token(self.options, config, split_ranges(ranges, self.options.min_partitions,
+                                                               self.options.max_records_per_partition))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(self.options, partition)
