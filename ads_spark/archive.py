@@ -59,8 +59,9 @@ def write_partition_files(url: str):
 
 
 def start_archive(spark, bootstrap: str, topic: str, url: str, checkpoint: str, available_now: bool,
-                  max_offsets_per_trigger: int | None = None):
-    reader = (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap)
+                  max_offsets_per_trigger: int | None = None, options: dict[str, str] | None = None):
+    """``options``: further reader options, e.g. the cluster's ``ads.security.protocol`` and ``ads.ssl.*``."""
+    reader = (spark.readStream.format("ads").options(**(options or {})).option("ads.bootstrap.servers", bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest").option("includeHeaders", "true"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))

@@ -10,6 +10,12 @@ comes back on the same addresses.
 With a ``network`` (ads_spark.chaos.hosts.TestNetwork) each process runs on a
 test host of its own (host ``zk`` and ``b<id>``), listening on that host's
 address; the caller must then itself run on a host of that network.
+
+``security``: ``"tls"`` (what ``ads cluster up`` and the quickstart run) gives every listener mutual
+TLS, the ACL authorizer and ZooKeeper over TLS with ACLs, with a CA and certificates in the state dir
+(``ads_spark.cluster_security``) and ``client.properties`` for clients; ``"none"`` is the open cluster
+(the Python default, which the integration fixtures not about security use). The mode is chosen when
+the state dir is created and kept in ``cluster.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ads_spark.errors import RequestTimedOutError
+from ads_spark.cluster_security import ClusterSecurity, check_security_mode
+from ads_spark.errors import InvalidRequestError, RequestTimedOutError
 
 STATE_FILE = "cluster.json"
 START_TIMEOUT_S = 60.0
@@ -73,6 +80,15 @@ def _exit_on_first_sigterm(signum, _frame) -> None:
 ZOOKEEPER_HOST, HOSTED_ZOOKEEPER_PORT, HOSTED_BROKER_PORT = "zk", 2181, 9092
 
 
+def _answers_ruok(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
 def broker_host_name(broker_id: int) -> str:
     return f"b{broker_id}"
 
@@ -105,6 +121,26 @@ class LocalCluster:
     def zookeeper_connect(self) -> str:
         return self.state["zookeeper"]
 
+    @property
+    def security(self) -> str:
+        """``"tls"`` or ``"none"`` (state dirs from before security was added are open clusters)."""
+        return self.state.get("security", "none")
+
+    @property
+    def secured(self) -> bool:
+        return self.security != "none"
+
+    @property
+    def client_properties_path(self) -> Path | None:
+        """The client config file of a secured cluster (None for an open one)."""
+        return ClusterSecurity(self.dir).client_properties_path if self.secured else None
+
+    def client_config(self, **extra) -> dict[str, Any]:
+        """A client config for this cluster: bootstrap servers and, when secured, the admin's TLS settings."""
+        if self.secured:
+            return {**ClusterSecurity(self.dir).client_config(self.bootstrap_servers), **extra}
+        return {"bootstrap.servers": self.bootstrap_servers, **extra}
+
     def broker_ids(self) -> list[int]:
         return [b["id"] for b in self.state.get("brokers", [])]
 
@@ -118,24 +154,42 @@ class LocalCluster:
     # ---- up ---------------------------------------------------------------------
 
     def up(self, brokers: int = 3, racks: list[str] | None = None, zookeeper: str | None = None,
-           overrides: list[str] | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
+           overrides: list[str] | None = None, timeout_s: float = START_TIMEOUT_S,
+           security: str | None = None) -> None:
+        """Start what is not running. ``security`` (``"tls"``/``"none"``) applies to a new state dir
+        (None: ``"none"``); an existing one keeps its mode, and asking for the other is refused."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self.state:
             hosted = self.network is not None
             zookeeper_default = (f"{self.network.address(ZOOKEEPER_HOST)}:{HOSTED_ZOOKEEPER_PORT}" if hosted
                                  else f"127.0.0.1:{free_port()}")
             self.state = {"zookeeper": zookeeper or zookeeper_default,
+                          "security": check_security_mode(security or "none"),
                           "embedded_zookeeper": zookeeper is None, "overrides": list(overrides or []),
                           "brokers": [{"id": i, "port": HOSTED_BROKER_PORT if hosted else free_port(),
                                        "rack": racks[(i - 1) % len(racks)] if racks else None}
                                       for i in range(1, brokers + 1)]}
             self._save()
+        elif security is not None and check_security_mode(security) != self.security:
+            raise InvalidRequestError(f"the cluster in {self.dir} runs with --security {self.security}; it cannot be "
+                                      f"restarted with --security {security} (use another --dir)")
+        if self.secured:
+            self._prepare_security()
         if self.state.get("embedded_zookeeper") and not pid_alive(self._pid("zookeeper")):
             self._start_zookeeper(timeout_s)
         for broker in self.state["brokers"]:
             if not pid_alive(self._pid(f"broker-{broker['id']}")):
                 self.start_broker(broker["id"], wait=False)
         self.wait_for_brokers(self.broker_ids(), timeout_s)
+
+    def _prepare_security(self) -> None:
+        """CA, certificates and client.properties of a secured cluster (kept across restarts)."""
+        security = ClusterSecurity(self.dir)
+        zookeeper_host = self.state["zookeeper"].rsplit(":", 1)[0]
+        security.create({b["id"]: ([broker_host_name(b["id"]), self.broker_address(b["id"])] if self.network
+                                   else []) for b in self.state["brokers"]},
+                        [zookeeper_host] + ([ZOOKEEPER_HOST] if self.network else []))
+        security.write_client_properties(self.bootstrap_servers)
 
     def _spawn(self, name: str, argv: list[str], host: str | None = None) -> int:
         log_file = open(self.dir / f"{name}.log", "ab")
@@ -149,21 +203,25 @@ class LocalCluster:
 
     def _start_zookeeper(self, timeout_s: float) -> None:
         host, port = self.state["zookeeper"].rsplit(":", 1)[0], int(self.state["zookeeper"].rsplit(":", 1)[1])
-        self._spawn("zookeeper", ["zookeeper", "start", "--data-dir", str(self.dir / "zookeeper"),
-                                  "--port", str(port), "--host", host], host=ZOOKEEPER_HOST)
+        argv = ["zookeeper", "start", "--data-dir", str(self.dir / "zookeeper"), "--port", str(port), "--host", host]
+        security = ClusterSecurity(self.dir) if self.secured else None
+        if security is not None:
+            argv += security.zookeeper_server_args()
+        self._spawn("zookeeper", argv, host=ZOOKEEPER_HOST)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                with socket.create_connection((host, port), timeout=1) as sock:
-                    sock.sendall(b"ruok")
-                    if sock.recv(4) == b"imok":
-                        return
-            except OSError:
-                pass
+            if security.zookeeper_answers(host, port) if security is not None else _answers_ruok(host, port):
+                return
             if not pid_alive(self._pid("zookeeper")):
                 raise RuntimeError(f"ZooKeeper exited at start-up; see {self.dir / 'zookeeper.log'}")
             time.sleep(0.2)
         raise RequestTimedOutError(f"ZooKeeper did not answer within {timeout_s}s; see {self.dir / 'zookeeper.log'}")
+
+    def _open_listener_lines(self, address: str, port: int) -> list[str]:
+        # A test network's hosts have no route off their /24 (chaos/hosts.py), so an open listener on a
+        # host's address is as private as loopback: say so instead of tripping the non-loopback refusal.
+        allow = ["listeners.plaintext.nonloopback.allow=true"] if self.network else []
+        return [f"listeners=PLAINTEXT://{address}:{port}", *allow]
 
     def broker_config_path(self, broker_id: int) -> Path:
         return self.dir / f"broker-{broker_id}" / "broker.properties"
@@ -172,10 +230,13 @@ class LocalCluster:
         broker = next(b for b in self.state["brokers"] if b["id"] == broker_id)
         home = self.dir / f"broker-{broker_id}"
         home.mkdir(parents=True, exist_ok=True)
-        lines = [f"broker.id={broker_id}", f"listeners=PLAINTEXT://{self.broker_address(broker_id)}:{broker['port']}",
-                 f"log.dirs={home / 'data'}", f"zookeeper.connect={self.state['zookeeper']}/ads",
-                 "zookeeper.session.timeout.ms=6000", "replica.lag.time.max.ms=10000",
-                 "replica.fetch.wait.max.ms=200", "metrics.port=0"]
+        address = self.broker_address(broker_id)
+        listener = (ClusterSecurity(self.dir).broker_lines(broker_id, address, broker["port"], self.broker_ids(),
+                                                           bool(self.state.get("embedded_zookeeper")))
+                    if self.secured else self._open_listener_lines(address, broker["port"]))
+        lines = [f"broker.id={broker_id}", *listener, f"log.dirs={home / 'data'}",
+                 f"zookeeper.connect={self.state['zookeeper']}/ads", "zookeeper.session.timeout.ms=6000",
+                 "replica.lag.time.max.ms=10000", "replica.fetch.wait.max.ms=200", "metrics.port=0"]
         if broker.get("rack"):
             lines.append(f"broker.rack={broker['rack']}")
         lines += self.state.get("overrides", [])
@@ -197,7 +258,7 @@ class LocalCluster:
                     raise RuntimeError(f"broker {broker_id} exited at start-up; see "
                                        f"{self.dir / f'broker-{broker_id}.log'}")
             try:
-                admin = Admin({"bootstrap.servers": self.bootstrap_servers, "request.timeout.ms": 2000})
+                admin = Admin(self.client_config(**{"request.timeout.ms": 2000}))
                 try:
                     known = {b["id"] for b in admin.cluster().get("brokers", [])}
                 finally:
@@ -215,6 +276,8 @@ class LocalCluster:
     def status(self) -> dict[str, Any]:
         return {
             "bootstrap_servers": self.bootstrap_servers, "zookeeper": self.state.get("zookeeper"),
+            "security": self.security,
+            "client_config": str(self.client_properties_path) if self.secured else None,
             "zookeeper_alive": pid_alive(self._pid("zookeeper")) if self.state.get("embedded_zookeeper") else None,
             "brokers": [{"id": b["id"], "pid": self._pid(f"broker-{b['id']}"),
                          "address": f"{self.broker_address(b['id'])}:{b['port']}", "rack": b.get("rack"),

@@ -7,6 +7,10 @@
     python jobs/mirror.py translate --source-alias east --target-alias west \
         --target-bootstrap 127.0.0.1:9192 --offsets '{"orders":{"0":1234}}'
 
+A secured cluster's client config (``security.protocol``, ``ssl.*``, ``sasl.*``: for a cluster of ``ads
+cluster up``, its state dir's ``client.properties``) is given with ``--source-command-config FILE`` and
+``--target-command-config FILE`` (``--command-config`` for ``translate``), as Kafka's tools take it.
+
 The first form runs a Spark streaming query (restarted from its checkpoint after a failure):
 every topic of the source matching ``--topics`` (a regular expression over the whole name) is
 copied to ``<source alias>.<topic>`` on the target (or the same name with ``--naming identity``),
@@ -36,12 +40,24 @@ def translate_main(argv: list[str]) -> int:
     parser.add_argument("--target-bootstrap", required=True)
     parser.add_argument("--naming", choices=NAMING_CHOICES, default="prefix")
     parser.add_argument("--offsets", required=True, help="the reader's source startingOffsets JSON")
+    parser.add_argument("--command-config", default=None, metavar="FILE", help="the target's client properties")
     args = parser.parse_args(argv)
     from ads_spark.mirror.topics import translate_starting_offsets
 
     print(translate_starting_offsets(args.offsets, args.target_bootstrap, args.source_alias, args.target_alias,
-                                     args.naming))
+                                     args.naming, client_config=_client_properties(args.command_config)))
     return 0
+
+
+def _client_properties(path: str | None) -> dict[str, str]:
+    """A client properties file's settings but the brokers (``--*-bootstrap`` names those)."""
+    if not path:
+        return {}
+    from ads_spark.config import read_properties
+
+    properties = read_properties(Path(path))
+    properties.pop("bootstrap.servers", None)
+    return properties
 
 
 def _given(value, default):
@@ -65,6 +81,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trigger-interval-ms", type=int, default=None)
     parser.add_argument("--replication-factor", type=int, default=None, help="of created remote topics")
     parser.add_argument("--available-now", action="store_true", help="mirror what is there now, then stop")
+    parser.add_argument("--source-command-config", default=None, metavar="FILE", help="source client properties")
+    parser.add_argument("--target-command-config", default=None, metavar="FILE", help="target client properties")
     args = parser.parse_args(argv)
     from ads_spark.mirror.job import (MAX_OFFSETS_PER_TRIGGER_DEFAULT, TRIGGER_INTERVAL_MS_DEFAULT, MirrorConfig,
                                       run_mirror)
@@ -74,7 +92,9 @@ def main(argv: list[str]) -> int:
                           starting_offsets=args.starting_offsets,
                           max_offsets_per_trigger=_given(args.max_offsets_per_trigger, MAX_OFFSETS_PER_TRIGGER_DEFAULT),
                           trigger_interval_ms=_given(args.trigger_interval_ms, TRIGGER_INTERVAL_MS_DEFAULT),
-                          available_now=args.available_now, replication_factor=args.replication_factor)
+                          available_now=args.available_now, replication_factor=args.replication_factor,
+                          source_options=_client_properties(args.source_command_config),
+                          target_options=_client_properties(args.target_command_config))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

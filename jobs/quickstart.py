@@ -1,7 +1,9 @@
 """Quickstart: a local 3-broker cluster and a Spark pipeline over it, with a broker killed midway.
 
 What `make demo` runs. It starts an embedded ZooKeeper and three brokers on
-127.0.0.1 in a temporary state dir, creates two topics (3 partitions,
+127.0.0.1 in a temporary state dir, secured as ``ads cluster up`` secures them (mutual TLS,
+the ACL authorizer, ZooKeeper over TLS with ACLs; every client here, Spark's included, uses the
+state dir's admin client config; ``--security none`` runs the open cluster), creates two topics (3 partitions,
 replication factor 3, min.insync.replicas=2), then runs three Spark jobs:
 
 1. producer: a streaming job writes N generated orders with
@@ -50,27 +52,32 @@ def spark_session():
     return session
 
 
-def produce_job(spark, bootstrap: str, work: Path, records: int) -> float:
+def spark_options(client: dict) -> dict[str, str]:
+    """The cluster's client config as options of ``format("ads")`` (Kafka's keys with ``ads.``)."""
+    return {f"ads.{key}": str(value) for key, value in client.items()}
+
+
+def produce_job(spark, ads: dict, work: Path, records: int) -> float:
     """A streaming job that writes ``records`` generated orders to ADS (from files, so it is finite)."""
     orders = work / "generated"
     spark.range(records).selectExpr("CAST(id AS STRING) AS key", "concat('order-', id) AS value") \
         .repartition(4).write.parquet(str(orders))
     started = time.monotonic()
     query = (spark.readStream.schema("key string, value string").parquet(str(orders))
-             .writeStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", ORDERS)
+             .writeStream.format("ads").options(**ads).option("topic", ORDERS)
              .option("checkpointLocation", str(work / "ckpt-produce")).trigger(availableNow=True).start())
     query.awaitTermination()
     return time.monotonic() - started
 
 
-def transform_job(spark, bootstrap: str, work: Path, cluster: LocalCluster, kill: bool) -> float:
+def transform_job(spark, ads: dict, work: Path, cluster: LocalCluster, kill: bool) -> float:
     """Read orders, upper-case them, write them on; SIGKILL one broker while it runs."""
     started = time.monotonic()
-    query = (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap)
+    query = (spark.readStream.format("ads").options(**ads)
              .option("subscribe", ORDERS).option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", "2000").load()
              .selectExpr("key", "upper(CAST(value AS STRING)) AS value")
-             .writeStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", UPPER)
+             .writeStream.format("ads").options(**ads).option("topic", UPPER)
              .option("checkpointLocation", str(work / "ckpt-transform")).trigger(availableNow=True).start())
     killer = None
     if kill:
@@ -90,38 +97,40 @@ def transform_job(spark, bootstrap: str, work: Path, cluster: LocalCluster, kill
     return time.monotonic() - started
 
 
-def replay_job(spark, bootstrap: str, first: int, last_exclusive: int) -> int:
+def replay_job(spark, ads: dict, first: int, last_exclusive: int) -> int:
     """A batch read of one offset range of every partition (``startingOffsets``/``endingOffsets`` JSON)."""
     starting = json.dumps({UPPER: {str(p): first for p in range(PARTITIONS)}})
     ending = json.dumps({UPPER: {str(p): last_exclusive for p in range(PARTITIONS)}})
-    return (spark.read.format("ads").option("ads.bootstrap.servers", bootstrap).option("subscribe", UPPER)
+    return (spark.read.format("ads").options(**ads).option("subscribe", UPPER)
             .option("startingOffsets", starting).option("endingOffsets", ending).load().count())
 
 
-def run(records: int, state_dir: Path, kill: bool) -> int:
+def run(records: int, state_dir: Path, kill: bool, security: str = "tls") -> int:
     cluster = LocalCluster(state_dir / "cluster")
     started = time.monotonic()
     unwind_on_sigterm()
     try:
-        cluster.up(brokers=3)
-        bootstrap = cluster.bootstrap_servers
-        print(f"cluster up in {time.monotonic() - started:.1f}s: {bootstrap}")
-        admin = Admin({"bootstrap.servers": bootstrap})
+        cluster.up(brokers=3, security=security)
+        client = cluster.client_config()
+        bootstrap, ads = cluster.bootstrap_servers, spark_options(client)
+        print(f"cluster up in {time.monotonic() - started:.1f}s: {bootstrap} (security: {cluster.security}"
+              + (f", client config {cluster.client_properties_path}" if cluster.secured else "") + ")")
+        admin = Admin(client)
         for topic in (ORDERS, UPPER):
             admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3,
                                config={"min.insync.replicas": "2"})
         spark = spark_session()
         unwind_on_sigterm()  # again, with the clients and Spark's gateway started
-        produce_s = produce_job(spark, bootstrap, state_dir, records)
+        produce_s = produce_job(spark, ads, state_dir, records)
         print(f"producer job: {records} orders in {produce_s:.1f}s")
-        transform_s = transform_job(spark, bootstrap, state_dir, cluster, kill)
+        transform_s = transform_job(spark, ads, state_dir, cluster, kill)
         print(f"transformer job: done in {transform_s:.1f}s")
-        upper = (spark.read.format("ads").option("ads.bootstrap.servers", bootstrap).option("subscribe", UPPER)
+        upper = (spark.read.format("ads").options(**ads).option("subscribe", UPPER)
                  .load().selectExpr("CAST(value AS STRING) AS value"))
         values = [row.value for row in upper.collect()]
         expected = {f"ORDER-{i}" for i in range(records)}
         lost, duplicated = len(expected - set(values)), len(values) - len(set(values))
-        replayed = replay_job(spark, bootstrap, 100, 200)
+        replayed = replay_job(spark, ads, 100, 200)
         print(f"replay job: offsets [100, 200) of each partition -> {replayed} records")
         for partition in admin.describe_topics([UPPER])[0].partitions:
             print(f"  {UPPER}-{partition.partition}: leader {partition.leader} isr {list(partition.isr)}")
@@ -140,11 +149,13 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--no-kill", action="store_true", help="do not kill a broker midway")
     parser.add_argument("--dir", default=None, help="state dir (default: a temporary one)")
+    parser.add_argument("--security", choices=("tls", "none"), default="tls",
+                        help="tls (default): a secured cluster as `ads cluster up` runs; none: the open one")
     args = parser.parse_args()
     if args.dir:
-        return run(args.records, Path(args.dir), not args.no_kill)
+        return run(args.records, Path(args.dir), not args.no_kill, args.security)
     with tempfile.TemporaryDirectory(prefix="ads-quickstart-") as state_dir:
-        return run(args.records, Path(state_dir), not args.no_kill)
+        return run(args.records, Path(state_dir), not args.no_kill, args.security)
 
 
 if __name__ == "__main__":

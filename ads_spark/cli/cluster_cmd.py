@@ -6,6 +6,10 @@ dir restarts whatever is not running and keeps data and ports; ``down`` stops
 only the processes whose pid files it wrote, brokers first (controlled), then
 ZooKeeper.
 
+A new cluster is secured unless ``--security none`` (ads_spark/cluster_security.py): mutual TLS on
+every listener, the ACL authorizer, ZooKeeper over TLS with ACLs, and ``client.properties`` in the
+state dir, which the other commands read. ``status`` says which mode runs; nothing prints a key.
+
 The client (``ads_spark.client``) is imported inside the commands that use it: a broker starts
 from this parser and must not load the producer or consumer (``tests/unit/test_import_graph.py``).
 """
@@ -16,6 +20,7 @@ from pathlib import Path
 
 from ads_spark.cli.common import DEFAULT_STATE_DIR, partition_health, print_json
 from ads_spark.cluster import LocalCluster
+from ads_spark.cluster_security import SECURITY_MODES
 
 
 def register(commands) -> None:
@@ -27,6 +32,10 @@ def register(commands) -> None:
     up.add_argument("--racks", default=None, help="comma-separated racks, assigned round-robin")
     up.add_argument("--zookeeper", default=None, help="use this ZooKeeper instead of an embedded one")
     up.add_argument("--override", action="append", default=[], metavar="K=V", help="broker config for all")
+    up.add_argument("--security", choices=SECURITY_MODES, default=None,
+                    help="tls (default for a new state dir): mutual TLS, ACL authorizer, ZooKeeper TLS and ACLs, "
+                         "client.properties in --dir (with --zookeeper, that ZooKeeper's TLS is yours to set up "
+                         "with --override zookeeper.ssl.*); none: the open cluster. An existing dir keeps its mode")
     up.set_defaults(func=cluster_up)
     status = actions.add_parser("status")
     status.add_argument("--dir", default=str(DEFAULT_STATE_DIR))
@@ -40,7 +49,9 @@ def register(commands) -> None:
 def cluster_up(args) -> int:
     racks = [r.strip() for r in args.racks.split(",")] if args.racks else None
     cluster = LocalCluster(Path(args.dir))
-    cluster.up(brokers=args.brokers, racks=racks, zookeeper=args.zookeeper, overrides=args.override)
+    security = args.security if (args.security or cluster.state) else "tls"
+    cluster.up(brokers=args.brokers, racks=racks, zookeeper=args.zookeeper, overrides=args.override,
+               security=security)
     print(cluster.bootstrap_servers)
     return 0
 
@@ -52,7 +63,7 @@ def cluster_status(args) -> int:
     status = cluster.status()
     metadata, health = {}, None
     if any(b["alive"] for b in status["brokers"]):
-        admin = Admin({"bootstrap.servers": status["bootstrap_servers"], "default.api.timeout.ms": 10_000})
+        admin = Admin(cluster.client_config(**{"default.api.timeout.ms": 10_000}))
         try:
             metadata = admin.cluster()
             health = partition_health(admin.describe_topics(None))
@@ -70,6 +81,8 @@ def cluster_status(args) -> int:
     if args.json:
         print_json(status)
         return 0
+    print(f"Security: {status['security']}" + (f" (client config: {status['client_config']})"
+                                                if status["client_config"] else ""))
     print(f"ZooKeeper: {status['zookeeper']} ({'alive' if status['zookeeper_alive'] else 'down'})")
     for broker in status["brokers"]:
         flags = ["alive" if broker["alive"] else "down"] + (["controller"] if broker["controller"] else [])

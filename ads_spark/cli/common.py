@@ -1,5 +1,10 @@
 """Helpers shared by the CLI commands: finding the cluster to talk to, opening an admin client, printing JSON.
 
+The client config: ``--command-config FILE`` (Kafka's tools' option: client properties such as
+``security.protocol`` and ``ssl.*``), else, when the cluster is the one of the state dir (no
+``--bootstrap-server``), the ``client.properties`` a secured ``ads cluster up`` wrote there.
+``--bootstrap-server`` always names the brokers; without it the state dir does.
+
 Nothing here imports the client at module level: every command module imports this one, and a broker
 starts from the same parser (``ads server``), so the client is loaded only when a command that needs it
 runs (``tests/unit/test_import_graph.py`` holds the broker to that).
@@ -15,32 +20,63 @@ from ads_spark.errors import InvalidRequestError
 
 DEFAULT_STATE_DIR = Path(os.environ.get("ADS_STATE_DIR", "state"))
 STATE_FILE = "cluster.json"
+CLIENT_PROPERTIES = "client.properties"  # as ads_spark.cluster_security writes it
 
 
 def add_bootstrap(parser) -> None:
     parser.add_argument("--bootstrap-server", dest="bootstrap_server", default=None,
                         help="HOST:PORT[,HOST:PORT] (default: the cluster of `ads cluster up` in --dir)")
     parser.add_argument("--dir", default=str(DEFAULT_STATE_DIR), help="state dir of `ads cluster up`")
+    parser.add_argument("--command-config", dest="command_config", default=None, metavar="FILE",
+                        help="client properties (security.protocol, ssl.*, sasl.*); default: client.properties "
+                             "in --dir when no --bootstrap-server is given")
 
 
 def bootstrap_servers(args) -> str:
     if args.bootstrap_server:
         return args.bootstrap_server
-    state = Path(args.dir) / STATE_FILE
+    return state_dir_bootstrap(Path(args.dir))
+
+
+def state_dir_bootstrap(state_dir: Path) -> str:
+    """The bootstrap servers of the cluster `ads cluster up` keeps in ``state_dir``."""
+    state = Path(state_dir) / STATE_FILE
     if not state.exists():
         raise InvalidRequestError(
             f"no --bootstrap-server given and no cluster state at {state}; start one with `ads cluster up`"
         )
     from ads_spark.cluster import LocalCluster
 
-    servers = LocalCluster(Path(args.dir)).bootstrap_servers
+    servers = LocalCluster(Path(state_dir)).bootstrap_servers
     if not servers:
         raise InvalidRequestError(f"the cluster state at {state} names no brokers; run `ads cluster up` again")
     return servers
 
 
+def resolve_client_config(bootstrap: str | None, command_config: str | None, state_dir: Path) -> dict[str, str]:
+    """A client config from the three places a command (or a job in jobs/) takes it from.
+
+    ``command_config`` (a client properties file) if given, else ``state_dir``'s client.properties when
+    the cluster is the state dir's (``bootstrap`` not given); the brokers are ``bootstrap`` if given, else
+    the file's ``bootstrap.servers``, else the state dir's cluster.
+    """
+    from ads_spark.config import read_properties
+
+    default = Path(state_dir) / CLIENT_PROPERTIES
+    if command_config:
+        properties = read_properties(Path(command_config))
+    elif not bootstrap and default.is_file():
+        properties = read_properties(default)
+    else:
+        properties = {}
+    if bootstrap or "bootstrap.servers" not in properties:
+        properties["bootstrap.servers"] = bootstrap or state_dir_bootstrap(Path(state_dir))
+    return properties
+
+
 def client_config(args, **extra) -> dict:
-    return {"bootstrap.servers": bootstrap_servers(args), **extra}
+    config = resolve_client_config(args.bootstrap_server, getattr(args, "command_config", None), Path(args.dir))
+    return {**config, **extra}
 
 
 def open_admin(args, **extra):
