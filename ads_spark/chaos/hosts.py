@@ -19,6 +19,14 @@ Cleanup is the point of this module: ``destroy`` kills every process in every
 namespace of the run and deletes the namespaces (which takes the devices with
 them); namespaces are named after the owning process so a later run removes
 what a killed run left (``sweep_stale``).
+
+Own host names (``hostnames=True``): every command run on a host then runs in a UTS namespace of
+its own whose host name is ``<host>-<run id>``, and ``ip netns exec`` mounts a hosts file that
+resolves every host's name to its address (``/etc/netns/<namespace>/hosts``, written by ``create``
+and removed with the namespace). The filesystem stays shared, so anything that decides "same
+machine" must go by host identity: the local read path (``ads_spark/local_reads.py``) compares
+host names, and this is what makes each namespace a machine of its own to it (and to Java, whose
+local host look-up needs its name to resolve).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -39,6 +48,9 @@ COMMAND_TIMEOUT_S = 10.0
 FIREWALL_TABLE = "ads_chaos"
 SLOW_LINK_RATE = "2mbit"
 PROCESS_EXIT_WAIT_S = 5.0
+NETNS_ETC = "/etc/netns"  # `ip netns exec NS` bind-mounts /etc/netns/NS/<file> over /etc/<file>
+# Set the UTS host name, then become the command (exec: the pid stays the one `ip netns exec` started).
+SET_HOSTNAME_AND_EXEC = 'hostname "$0" && exec "$@"'
 
 
 class HostsUnavailableError(RuntimeError):
@@ -74,11 +86,12 @@ class TestNetwork:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, host_names: list[str], run_id: str | None = None):
+    def __init__(self, host_names: list[str], run_id: str | None = None, hostnames: bool = False):
         self.run_id = run_id or f"{os.getpid()}"
         self.switch_namespace = self._namespace(SWITCH)
         self.hosts = {name: Host(name, self._namespace(name), f"{SUBNET_PREFIX}.{index + 10}")
                       for index, name in enumerate(host_names)}
+        self.own_hostnames = hostnames
         self._slowed: set[str] = set()
 
     def _namespace(self, name: str) -> str:
@@ -100,6 +113,8 @@ class TestNetwork:
             _run(sw + ["link", "set", BRIDGE, "up"])
             for index, host in enumerate(self.hosts.values()):
                 self._add_host(host, f"v{index}")
+            if self.own_hostnames:
+                self._write_hosts_files()
         except BaseException:
             self.destroy()
             raise
@@ -119,9 +134,20 @@ class TestNetwork:
         for hook in ("input", "output"):
             self._nft(host, f"add chain inet {FIREWALL_TABLE} {hook} {{ type filter hook {hook} priority 0 ; }}")
 
+    def _write_hosts_files(self) -> None:
+        """Each host's /etc/hosts (as its processes see it): localhost and every host's name and address."""
+        lines = ["127.0.0.1 localhost", "::1 localhost"]
+        lines += [f"{host.address} {self.hostname(host.name)}" for host in self.hosts.values()]
+        for host in self.hosts.values():
+            directory = os.path.join(NETNS_ETC, host.namespace)
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, "hosts"), "w") as out:
+                out.write("\n".join(lines) + "\n")
+
     def destroy(self) -> None:
         """Kill every process in the run's namespaces, then delete them (devices go with them)."""
         destroy_namespaces([ns for ns in self.namespaces() if ns in list_namespaces()])
+        remove_hosts_files(self.namespaces())
 
     def __enter__(self) -> "TestNetwork":
         return self.create()
@@ -132,8 +158,16 @@ class TestNetwork:
     # ---- running things on hosts ----------------------------------------------------------------
 
     def exec_prefix(self, host_name: str) -> list[str]:
-        """Prepend to a command line to run it on ``host_name`` (``ip netns exec`` execs: the pid is the command's)."""
-        return ["ip", "netns", "exec", self.hosts[host_name].namespace]
+        """Prepend to a command line to run it on ``host_name`` (``ip netns exec`` execs: the pid is the command's;
+        with own host names ``unshare`` and ``sh`` exec too, so it still is)."""
+        prefix = ["ip", "netns", "exec", self.hosts[host_name].namespace]
+        if self.own_hostnames:
+            prefix += ["unshare", "--uts", "sh", "-c", SET_HOSTNAME_AND_EXEC, self.hostname(host_name)]
+        return prefix
+
+    def hostname(self, host_name: str) -> str:
+        """The host name processes on ``host_name`` see (with ``hostnames=True``; else the machine's)."""
+        return f"{host_name}-{self.run_id}" if self.own_hostnames else socket.gethostname()
 
     def address(self, host_name: str) -> str:
         return self.hosts[host_name].address
@@ -207,10 +241,21 @@ def destroy_namespaces(namespaces: list[str]) -> None:
         _run(["ip", "netns", "del", namespace], check=False)
 
 
+def remove_hosts_files(namespaces: list[str]) -> None:
+    for namespace in namespaces:
+        shutil.rmtree(os.path.join(NETNS_ETC, namespace), ignore_errors=True)
+    try:
+        os.rmdir(NETNS_ETC)  # only when empty: another namespace's files stay
+    except OSError:
+        pass
+
+
 def sweep_stale() -> list[str]:
     """Remove namespaces of earlier runs whose owning process is gone (a run killed outright); returns them."""
     stale = []
-    for namespace in list_namespaces():
+    known = list_namespaces()
+    leftover_files = os.listdir(NETNS_ETC) if os.path.isdir(NETNS_ETC) else []
+    for namespace in known + [name for name in leftover_files if name not in known]:
         parts = namespace.split("-")
         if len(parts) >= 3 and parts[0] == NAMESPACE_PREFIX and parts[1].isdigit():
             owner = int(parts[1])
@@ -220,5 +265,6 @@ def sweep_stale() -> list[str]:
                 stale.append(namespace)
             except PermissionError:
                 pass
-    destroy_namespaces(stale)
+    destroy_namespaces([ns for ns in stale if ns in known])
+    remove_hosts_files(stale)
     return stale
