@@ -99,6 +99,11 @@ class BrokerRegistration:
                    info.get("metrics_port"), bool(info.get("clean_shutdown", True)), info.get("incarnation"),
                    endpoints)
 
+    def address_on(self, listener_name: str) -> tuple[str, int]:
+        """Its address on ``listener_name`` (the dialer's own inter-broker listener, as Kafka picks it); the
+        top-level address when it registered no such endpoint."""
+        return endpoint_address(self.endpoints_json(), listener_name, (self.host, self.port))
+
     def endpoints_json(self) -> dict[str, dict[str, Any]]:
         return {name: {"host": host, "port": port, "protocol": protocol}
                 for name, host, port, protocol in self.endpoints}
@@ -388,3 +393,10 @@ def check_invariants(state: ControllerState) -> None:
         raise InvariantViolation(f"controller: {state.unclean_elections} unclean of {state.elections} elections")
     if not 0 <= state.recovery_elections <= state.elections:
         raise InvariantViolation(f"controller: {state.recovery_elections} recoveries of {state.elections} elections")
+
+
+def endpoint_address(endpoints: Mapping[str, Mapping[str, Any]] | None, listener_name: str,
+                     fallback: tuple[str, int]) -> tuple[str, int]:
+    """The (host, port) of ``listener_name`` in a registration's ``endpoints``, else ``fallback``."""
+    found = (endpoints or {}).get(listener_name)
+    return (str(found["host"]), int(found["port"])) if found else fallback

@@ -83,7 +83,8 @@ class Controller:
         self.election_time = DurationHistogram()  # Kafka's LeaderElectionRateAndTimeMs (see _drive)
         self._reads = ZkReads(zk, broker.config.topic_defaults())
         self._channels = Channels(self._new_connections, self._on_channel_overflow)
-        self._effects = EffectRunner(zk, self._reads, self._channels, self._complete_request, self._resign)
+        self._effects = EffectRunner(zk, self._reads, self._channels, self._complete_request, self._resign,
+                                     broker.config.inter_broker_listener_name)
         self._events: queue.Queue[tuple[str, Job]] = queue.Queue(maxsize=EVENT_QUEUE_MAX)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)

@@ -108,8 +108,9 @@ class EffectRunner:
     """Executes one effect at a time for the controller thread; see the module docstring."""
 
     def __init__(self, zk, reads: ZkReads, channels: Channels, reply: Callable[[Any, Mapping[str, Any]], None],
-                 resign: Callable[[], None]):
+                 resign: Callable[[], None], listener_name: str = ""):
         self.zk, self.reads, self.channels = zk, reads, channels
+        self.listener_name = listener_name  # this broker's inter-broker listener: which endpoint to dial
         self._reply, self._resign = reply, resign
 
     def execute(self, state: ControllerState, effect) -> Event | None:
@@ -117,8 +118,9 @@ class EffectRunner:
         match effect:
             case SendLeaderAndIsr() | SendUpdateMetadata() | SendStopReplica():
                 registration = state.live[effect.broker_id]  # the core addresses live brokers only
-                self.channels.send(effect.broker_id, registration.epoch_or_unknown, registration.host,
-                                   registration.port, SEND_ACTIONS[type(effect)], effect.body)
+                host, port = registration.address_on(self.listener_name)
+                self.channels.send(effect.broker_id, registration.epoch_or_unknown, host, port,
+                                   SEND_ACTIONS[type(effect)], effect.body)
             case CloseChannels():
                 self.channels.close(effect.broker_ids)
             case RecordUncleanApplied():
@@ -163,7 +165,7 @@ class EffectRunner:
                 continue
             try:
                 response = self.channels.connections().call_action(
-                    registration.host, registration.port, wire.ACTION_REPLICA_LOG_ENDS, dict(body),
+                    *registration.address_on(self.listener_name), wire.ACTION_REPLICA_LOG_ENDS, dict(body),
                     LOG_END_QUERY_TIMEOUT_MS)
             except AdsError as exc:
                 log.warning("controller: broker %s did not report its log ends (%s); it is left out", broker_id, exc)

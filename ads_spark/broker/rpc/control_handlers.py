@@ -38,6 +38,7 @@ from ads_spark.broker.replica.fetcher import LeaderEndpoint
 from ads_spark.broker.replica.partition import PartitionRole
 from ads_spark.protocol.records import now_ms
 from ads_spark.replication import epochs, fencing
+from ads_spark.replication.controller_state import endpoint_address
 
 log = logging.getLogger("ads.broker.control")
 
@@ -103,9 +104,9 @@ class ControlHandlers:
             if leader is None:
                 self.broker.fetchers.unfollow(partition.key)
             else:
-                self.broker.fetchers.follow(
-                    partition, LeaderEndpoint(role.leader_id, str(leader["host"]), int(leader["port"]))
-                )
+                host, port = endpoint_address(leader.get("endpoints"), self.broker.config.inter_broker_listener_name,
+                                              (str(leader["host"]), int(leader["port"])))
+                self.broker.fetchers.follow(partition, LeaderEndpoint(role.leader_id, host, port))
         self.broker.replica_manager.notify_changed(partition.key)
 
     def _known_broker(self, broker_id: int) -> dict | None:
