@@ -94,6 +94,13 @@ class BrokerSecurity:
     def acls(self) -> Acls:
         return self._acl_state[0]
 
+    @property
+    def loaded(self) -> bool:
+        """Secrets, users and ACLs have each been loaded from ZooKeeper at least once (a secured broker opens
+        its listeners only then: see ``ZkMembership.connect``)."""
+        sync = self._sync
+        return sync is not None and sync.loaded_kinds.issuperset(sync.KINDS)
+
     def apply_acls(self, acls: Acls, version: int) -> bool:
         """Swap in ``acls`` at ``version``; an older version than the one held is ignored (False)."""
         if version < self._acl_state[1]:
@@ -153,14 +160,17 @@ class BrokerSecurity:
         return {"token": token, "expiry_ms": now + self.settings.token_lifetime_ms, "principal": f"User:{username}"}
 
     def _credential_for_login(self, username: str) -> StoredCredential | None:
-        """From the cache; a user not in it (added through another broker a moment ago) is read from ZooKeeper."""
+        """Read from ZooKeeper on every login, known user or not: it is current (a user added through another
+        broker a moment ago), and a known and an unknown name cost the same read and the same hash, so the
+        answer's timing does not tell which names exist (a cache hit for known users only did). Logins are
+        once per client and token lifetime, so the read is not on a hot path."""
         credential = self._credentials.get(username)
-        if credential is None and self.store is not None and isinstance(username, str):
+        if self.store is not None and isinstance(username, str):
             try:
                 credential = self.store.read_credential(username)
             except ZooKeeperUnavailable:
                 raise BrokerNotAvailableError("this broker cannot reach ZooKeeper right now; retry") from None
-            if credential is not None and self._sync is not None:
+            if credential is not None and username not in self._credentials and self._sync is not None:
                 # Not put in the cache here: a deletion reloaded meanwhile would be undone for good. The reload
                 # brings it (for this broker's token checks) within milliseconds.
                 self._sync.request("users")
@@ -193,6 +203,7 @@ class _ZkSync:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self.loaded_kinds: set[str] = set()  # each kind once loaded (only ever grows)
         self._thread = threading.Thread(target=self._run, name="security-sync", daemon=True)
 
     def start(self) -> None:
@@ -261,3 +272,4 @@ class _ZkSync:
             acls = Acls(self.store.read_acls())
             if self.security.apply_acls(acls, version):
                 log.info("ACL cache at version %s: %s ACLs", version, len(acls))
+        self.loaded_kinds.add(kind)
