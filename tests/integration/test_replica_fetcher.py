@@ -38,3 +38,7 @@ def test_a_new_topic_replicates_without_waiting_for_parked_follower_fetches(fres
         assert first_ack_s < FIRST_ACK_S_MAX, f"first acks=all produce to a new topic took {first_ack_s:.1f}s"
     finally:
         admin.close()
+        # SIGKILL, not the fixture's SIGTERM: a stopping broker waits out the fetches parked at it and its own
+        # (up to LONG_POLL_MS each, one broker after another: ~14 s of teardown), which this test is not about.
+        for broker_id in cluster.broker_ids():
+            cluster.kill_broker(broker_id)
