@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from ads_spark.cli.common import add_bootstrap, open_admin
+from ads_spark.cli.common import add_bootstrap, admin_call
 from ads_spark.errors import InvalidRequestError
 from ads_spark.security.authorizer import CLUSTER_NAME, AclBinding
 
@@ -128,11 +128,7 @@ def _print_grouped(heading: str, bindings) -> None:
 
 def add_acls(args) -> int:
     built = [AclBinding.from_dict(b) for b in _bindings(args)]  # checked before anything is sent
-    admin = open_admin(args)
-    try:
-        version = admin.create_acls(built)
-    finally:
-        admin.close()
+    version = admin_call(args, lambda admin: admin.create_acls(built))
     _print_grouped("Adding ACLs for resource", built)
     print(f"ACL version {version} applied by every live broker")
     return 0
@@ -147,11 +143,7 @@ def remove_acls(args) -> int:
             raise InvalidRequestError("name a resource: --topic or --cluster")
         filters = [{"resource_type": kind, "resource_name": name, "pattern_type": args.pattern_type}
                    for kind, name in resources]
-    admin = open_admin(args)
-    try:
-        removed = admin.delete_acls(filters)
-    finally:
-        admin.close()
+    removed = admin_call(args, lambda admin: admin.delete_acls(filters))
     _print_grouped("Removed ACLs for resource", removed)
     print(f"{len(removed)} ACLs removed; every live broker applied the change")
     return 0
@@ -161,11 +153,7 @@ def list_acls(args) -> int:
     resources = _resources(args)
     filters = [{"resource_type": kind, "resource_name": name, "pattern_type": args.pattern_type,
                 "principal": args.principal} for kind, name in resources] or [{"principal": args.principal}]
-    admin = open_admin(args)
-    try:
-        found = {binding: None for f in filters for binding in admin.describe_acls(f)}
-    finally:
-        admin.close()
+    found = admin_call(args, lambda admin: {binding: None for f in filters for binding in admin.describe_acls(f)})
     if args.json:
         print(json.dumps([binding.to_dict() for binding in found], indent=2, sort_keys=True))
     else:

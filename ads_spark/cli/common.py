@@ -86,6 +86,15 @@ def open_admin(args, **extra):
     return Admin(client_config(args, **extra))
 
 
+def admin_call(args, call):
+    """``call(admin)`` on an ``Admin`` opened for the command's cluster, closed whatever happens."""
+    admin = open_admin(args)
+    try:
+        return call(admin)
+    finally:
+        admin.close()
+
+
 def print_json(value) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from ads_spark.cli.common import add_bootstrap, open_admin
+from ads_spark.cli.common import add_bootstrap, admin_call
 from ads_spark.errors import InvalidRequestError
 from ads_spark.security.credentials import MAX_PASSWORD_BYTES, Secret
 
@@ -70,31 +70,19 @@ def read_password(password_file: str | None, stdin=None) -> Secret:
 
 def add_user(args) -> int:
     password = read_password(args.password_file)
-    admin = open_admin(args)
-    try:
-        admin.upsert_user(args.name, password)
-    finally:
-        admin.close()
+    admin_call(args, lambda admin: admin.upsert_user(args.name, password))
     print(f"user {args.name} saved (its earlier tokens, if any, no longer work)")
     return 0
 
 
 def delete_user(args) -> int:
-    admin = open_admin(args)
-    try:
-        admin.delete_user(args.name)
-    finally:
-        admin.close()
+    admin_call(args, lambda admin: admin.delete_user(args.name))
     print(f"user {args.name} deleted (its tokens no longer work)")
     return 0
 
 
 def list_users(args) -> int:
-    admin = open_admin(args)
-    try:
-        names = admin.list_users()
-    finally:
-        admin.close()
+    names = admin_call(args, lambda admin: admin.list_users())
     if args.json:
         print(json.dumps(names))
     else:
