@@ -16,6 +16,13 @@ replaces or deletes the file, it never rewrites it in place), and every batch's
 own header names the base offset and record count the broker said. Otherwise it
 fetches as usual. Records below the HW are committed and never rewritten, so
 what it maps cannot change under it.
+
+Who may read: ``locate`` needs Read on the topic (as a fetch), but once a reader
+holds a path, only file permissions stand between it and the segment. With
+security on, log directories are 0700 and segments 0600 (broker/log/file_modes.py),
+so a reader under another Unix user cannot open them (``SegmentsNotReadable``) and
+reads over Flight, where the ACLs apply; a process running as the broker's own
+user (or root) can read every segment of every topic, whatever its ACLs.
 """
 
 from __future__ import annotations
@@ -61,6 +68,11 @@ class NotLocal(Exception):
     """The located batches cannot be read here; fetch them instead."""
 
 
+class SegmentsNotReadable(NotLocal):
+    """The broker's segment files are on this host but this process may not open them (another Unix user
+    than the broker's, with security on): none of that broker's will be readable, so stop asking it."""
+
+
 def read_located(answer: dict[str, Any]) -> list[pa.RecordBatch]:
     """The batches the broker located, mapped from its segment files (raises NotLocal when that is not safe)."""
     if answer.get("host_id") != host_identity():
@@ -75,6 +87,8 @@ def _read_segment(segment: dict[str, Any]) -> list[pa.RecordBatch]:
     try:
         mapped = pa.memory_map(segment["path"])
         stat = os.fstat(mapped.fileno())
+    except PermissionError:  # the message would only repeat the path
+        raise SegmentsNotReadable(f"permission denied on {segment['path']}") from None
     except (OSError, pa.ArrowException) as exc:
         raise NotLocal(f"cannot map {segment['path']}: {exc}") from None
     if (stat.st_dev, stat.st_ino) != (segment["device"], segment["inode"]):

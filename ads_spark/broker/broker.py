@@ -1,9 +1,13 @@
 """A broker process: logs, the Flight endpoint, ZooKeeper membership, fetchers, periodic work.
 
-Start-up order matters: logs are recovered before the server answers, and the
-broker registers in ZooKeeper (which makes it eligible for leadership) only
-once it can serve. Shutdown is the reverse; a controlled shutdown first asks
-the controller to move leadership away (see ``controlled_shutdown``).
+Start-up order matters: logs are recovered before anything is served; the
+ZooKeeper session comes up (and, on a secured broker, the users, token secrets
+and ACLs are loaded) before any port opens, so no request reaches a broker that
+cannot judge it yet, and a broker that cannot reach ZooKeeper never listens;
+the listeners open next, and the broker registers in ZooKeeper (which makes it
+eligible for leadership, and publishes the bound ports) last. Shutdown is the
+reverse; a controlled shutdown first asks the controller to move leadership away
+(see ``controlled_shutdown``).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ class Broker:
     is served); the data, control, admin and verify request handlers; ``BrokerMetrics``
     (prometheus_client's HTTP thread, unless ``metrics.port`` is -1); the
     ``BrokerFlightServer`` of each listener (``servers``, by listener name; ``server`` is the
-    inter-broker listener's: listening from its constructor, a gRPC thread per call, the
+    inter-broker listener's; built and listening only in ``start``, a gRPC thread per call, the
     stream bounds and idle-connection sweeper of ``rpc/connections.py``); and, from
     ``zk_factory``, ``zk``: the ``ZkMembership`` (kazoo session, registration and broker
     epoch, ``SessionGuard``, producer-id blocks, admin writes, and the ``Controller`` with
@@ -76,7 +80,8 @@ class Broker:
 
     Delegates: every replication decision to ``ads_spark.replication`` through each
     ``Partition``; leadership to the controller role (whichever broker holds it). ``start``
-    registers in ZooKeeper last, once it can serve (that makes it eligible to lead).
+    connects to ZooKeeper (secured: and loads the security state) before opening any port,
+    and registers last, once it can serve (that makes it eligible to lead).
     ``stop(controlled=True)`` stops following, asks the controller to move leadership away,
     then stops fetchers, the ISR writer, ZooKeeper, the replicas, checkpoints, closes the
     logs and the server (waiting at most ``SERVER_SHUTDOWN_WAIT_S`` for open streams).
@@ -110,12 +115,35 @@ class Broker:
         self._broker_epoch = -1
         # Set when the broker must stop (e.g. its log directory failed); the main loop exits on it.
         self.fatal_error: str | None = None
-        self.servers, self.endpoints = self._start_servers()
-        self.server = self.servers[config.inter_broker_listener_name]
-        self.host, self.port = self.endpoints[config.inter_broker_listener_name][:2]
+        # The listeners, opened by ``start`` once the broker can judge requests (see the module docstring).
+        self.servers: dict[str, BrokerFlightServer] = {}
+        self.endpoints: dict[str, tuple[str, int, str]] = {}
+        self.server: BrokerFlightServer | None = None
+        self.host, self.port = config.inter_broker_listener.advertised_host, 0
         self.zk = zk_factory(self) if zk_factory else None
         self._stopping = threading.Event()
         self._periodic = threading.Thread(target=self._run_periodic, name="broker-periodic", daemon=True)
+
+    def _open_listeners(self) -> None:
+        """Open every listener's server. Their serve() is not called on purpose: it installs C-level
+        SIGINT/SIGTERM handlers that shut the server down behind our back and keep the Python handler (the
+        controlled shutdown) from ever running."""
+        self.servers, self.endpoints = self._start_servers()
+        self.server = self.servers[self.config.inter_broker_listener_name]
+        self.host, self.port = self.endpoints[self.config.inter_broker_listener_name][:2]
+
+    def _abort_start(self) -> None:
+        """After a failed ``start``: close the ports, the ZooKeeper session and the threads it opened. The logs
+        stay as recovered (not checkpointed or marked clean: the process is about to exit on the error)."""
+        self._stopping.set()
+        self.isr_writer.stop()
+        for closing in (self.zk.stop if self.zk is not None else None, self._shutdown_server, self.metrics.close):
+            if closing is None:
+                continue
+            try:
+                closing()
+            except Exception:
+                log.warning("closing after a failed start", exc_info=True)
 
     def _start_servers(self) -> tuple[dict[str, BrokerFlightServer], dict[str, tuple[str, int, str]]]:
         """One Flight server per listener (each listening from its constructor), and the advertised endpoints
@@ -142,14 +170,21 @@ class Broker:
     # ---- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        # The Flight server already listens (since its constructor). Its serve() is not called on
-        # purpose: it installs C-level SIGINT/SIGTERM handlers that shut the server down behind our
-        # back and keep the Python handler (the controlled shutdown) from ever running.
+        """ZooKeeper session (secured: and the security state loaded), then the listeners and the metrics
+        port, then the registration. A failure closes what was opened (no port stays open) and re-raises."""
         self.isr_writer.start()
         self._periodic.start()
-        self.metrics.serve(self.config["metrics.port"])
-        if self.zk is not None:
-            self._broker_epoch = self.zk.start()
+        try:
+            if self.zk is not None:
+                self.zk.connect(wait_for_security=self.config.security_enabled or self.security.authorizer_enabled)
+            self._open_listeners()
+            self.metrics.serve(self.config["metrics.port"])
+            if self.zk is not None:
+                self._broker_epoch = self.zk.register()
+        except BaseException as exc:
+            log.critical("broker %s cannot start: %s; no listener is left open", self.broker_id, exc)
+            self._abort_start()
+            raise
         for name, server in self.servers.items():
             host, port, protocol = self.endpoints[name]
             log.info("broker %s listener %s (%s) serving on port %s, advertised as %s:%s", self.broker_id, name,

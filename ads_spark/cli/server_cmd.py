@@ -11,6 +11,7 @@ import faulthandler
 import logging
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def start_zookeeper(args) -> int:
 def start_broker(args) -> int:
     from ads_spark.broker.allocator import keep_freed_memory
     from ads_spark.broker.runtime import build_broker
+    from ads_spark.broker.zk.model import ZooKeeperUnavailable
     from ads_spark.config import load_broker_config
 
     keep_freed_memory()  # before any thread starts: it caps the allocator's arenas
@@ -67,7 +69,11 @@ def start_broker(args) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    broker.start()
+    try:
+        broker.start()
+    except ZooKeeperUnavailable as exc:  # logged by the broker already; a line, not a traceback
+        print(f"ads broker start: error: broker {config.broker_id} cannot start: {exc}", file=sys.stderr)
+        return 1
     if args.ready_file:
         tmp = Path(args.ready_file + ".tmp")
         tmp.write_text(f"{broker.host}:{broker.port}\n")

@@ -41,7 +41,7 @@ from ads_spark.client.chunks import (
     slice_offsets,
 )
 from ads_spark.client.poll_fetcher import PollFetcher
-from ads_spark.local_reads import NotLocal, host_identity, read_located
+from ads_spark.local_reads import NotLocal, SegmentsNotReadable, host_identity, read_located
 from ads_spark.replication.epochs import consumer_divergence
 
 log = logging.getLogger("ads.client.consumer")
@@ -109,7 +109,8 @@ class Consumer:
         self._position_epochs: dict[tuple[str, int], int] = {}
         self._next_partition = 0
         # The local read path (ads_spark/local_reads.py): brokers on this host are read from their
-        # segment files; a broker found to be elsewhere is not asked again (bounded by the brokers).
+        # segment files; a broker found to be elsewhere, or whose files this process may not open (another
+        # Unix user, security on), is not asked again (bounded by the brokers).
         self.local_reads = parse_bool(self.config.get("local.reads", "true"), name="local.reads")
         self._not_local: set[tuple[str, int]] = set()
         self.local_fetches = 0  # fetches served by the local read path (for tests and benchmarks)
@@ -364,6 +365,13 @@ class Consumer:
             raise error_for(int(answer["error_code"]), answer.get("message", ""))
         try:
             batches = read_located(answer)
+        except SegmentsNotReadable as exc:
+            # Another Unix user than the broker's, with security on: the files stay closed to this process, so
+            # its fetches skip the locate from now on (said once per broker, not per fetch).
+            self._not_local.add(key)
+            log.info("broker %s:%s: its segment files are not readable by this process (%s); reading over "
+                     "Flight instead", broker.host, broker.port, exc)
+            return None
         except NotLocal as exc:
             if answer.get("host_id") != host_identity():
                 self._not_local.add(key)

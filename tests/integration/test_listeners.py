@@ -123,10 +123,11 @@ def test_an_ssl_listener_serves_tls_and_requires_a_client_certificate_when_told(
                            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SSL:SSL",
                            "ssl.keystore.location": str(issued.keystore_path),
                            "ssl.truststore.location": str(tmp_path / "ca" / "ca.pem"), "ssl.client.auth": "required"})
-    broker = Broker(config)  # no ZooKeeper: the servers listen from the constructor
+    broker = Broker(config)  # no ZooKeeper: start() opens the servers at once
     roots = (tmp_path / "ca" / "ca.pem").read_bytes()
     chain, key = read_pem_keystore(str(issued.keystore_path))
     try:
+        broker.start()
         assert broker.endpoints["SSL"][2] == "SSL" and broker.servers["SSL"].security_protocol == "SSL"
         assert broker.server is broker.servers["INTERNAL"]  # the first listener is the inter-broker one
         port = broker.endpoints["SSL"][1]

@@ -28,9 +28,10 @@ from typing import Any, Callable
 from ads_spark.broker.controller.controller import Controller
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections
-from ads_spark.broker.zk.model import PartitionStateZnode
+from ads_spark.broker.zk.model import PartitionStateZnode, ZooKeeperUnavailable
 from ads_spark.replication.state import LeaderAndIsr
 from ads_spark.broker.zk.client import ZkClient
+from ads_spark.replication.controller_state import endpoint_address
 from ads_spark.replication.assignment import assign_added_partitions
 from ads_spark.errors import (
     ErrorCode, InvalidPartitionsError, InvalidReplicaAssignmentError, TopicAlreadyExistsError,
@@ -40,6 +41,9 @@ from ads_spark.errors import (
 log = logging.getLogger("ads.broker.membership")
 
 CONTROLLER_REQUEST_TIMEOUT_S = 15.0
+# How often a secured broker's start looks whether its security state has loaded (a failed load is retried
+# in the background every security_state.RELOAD_RETRY_S).
+SECURITY_LOAD_POLL_S = 0.02
 
 
 class SessionGuard:
@@ -132,10 +136,34 @@ class ZkMembership:
         self._next_producer_id = 0
 
     def start(self) -> int:
+        """``connect`` then ``register``: for a broker whose listeners are already open."""
+        self.connect()
+        return self.register()
+
+    def connect(self, wait_for_security: bool = False) -> None:
+        """Open the ZooKeeper session and start loading users, secrets and ACLs (before this broker
+        registers, and may lead). ``wait_for_security``: also wait until all three are loaded -- a secured
+        broker opens no listener before it can judge a request. Each wait is bounded by the session's
+        connect timeout; past it, ``ZooKeeperUnavailable`` (the session closed)."""
         self.zk.connect()
         security = getattr(self.broker, "security", None)  # absent in test doubles
-        if security is not None:  # users, secrets and ACLs loaded before this broker registers (and may lead)
-            security.start(self.zk)
+        if security is None:
+            return
+        security.start(self.zk)  # loads all three at once; one that failed is retried in the background
+        if not wait_for_security:
+            return
+        deadline = time.monotonic() + self.zk.connect_timeout_s
+        while not security.loaded:
+            if time.monotonic() >= deadline:
+                security.stop()
+                self.zk.close()
+                raise ZooKeeperUnavailable(f"the ACLs, users and token secrets were not loaded from ZooKeeper "
+                                           f"within {self.zk.connect_timeout_s}s")
+            time.sleep(SECURITY_LOAD_POLL_S)
+
+    def register(self) -> int:
+        """Register (the broker's listeners are bound: the znode carries their ports) and start the controller
+        elector; returns the broker epoch."""
         rack = self.broker.config["broker.rack"] or None
         self.broker_epoch = self.zk.register_broker(
             self.broker.broker_id, self.broker.host, self.broker.port, rack, on_reregistered=self._on_reregistered,
@@ -200,11 +228,13 @@ class ZkMembership:
         info = None if controller_id is None else self.zk.live_brokers().get(controller_id)
         if info is None or controller_id == self.broker.broker_id:
             raise error_for(ErrorCode.NOT_CONTROLLER, "no other broker is the registered controller; retry")
-        # The registration's top-level address is the controller's inter-broker listener.
-        bootstrap = f"{info['host']}:{info['port']}"
-        connections = Connections(self.broker.config.inter_broker_client_config(bootstrap))
+        # The controller's endpoint of THIS broker's inter-broker listener (Kafka's rule), not its top-level
+        # address (the controller's own inter-broker listener): they differ while that name is being switched.
+        host, port = endpoint_address(info.get("endpoints"), self.broker.config.inter_broker_listener_name,
+                                      (info["host"], int(info["port"])))
+        connections = Connections(self.broker.config.inter_broker_client_config(f"{host}:{port}"))
         try:
-            return connections.call_action(info["host"], int(info["port"]), action, body,
+            return connections.call_action(host, port, action, body,
                                            int(CONTROLLER_REQUEST_TIMEOUT_S * 1000))
         finally:
             connections.close()
