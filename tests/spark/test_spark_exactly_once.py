@@ -8,6 +8,11 @@ sink derives its producer id from (query id, batch id, task) and the brokers
 drop the batches they already hold: the sink topic ends with every source value
 exactly once. With idempotence turned off the same schedule duplicates records
 (checked by hand when this was written; see the closing note).
+
+The cluster is secured (``secured_cluster``: mutual TLS listeners, the ACL authorizer) and the query runs
+as ``User:etl`` (``etl``, not a super user) holding Read and Describe on the source, Write and Describe on
+the sink, IdempotentWrite on the cluster and Read on the sink for the check; the admin makes the topics,
+the source records and the sink counts.
 """
 
 from __future__ import annotations
@@ -54,19 +59,27 @@ def sink_count(admin, topic: str) -> int:
                for p in partitions)
 
 
-def test_replayed_micro_batches_write_each_record_once(spark, admin, bootstrap, tmp_path, small_arrow_batches):
+@pytest.fixture(scope="module")
+def admin(secured_admin):
+    """The secured cluster's admin client (topics and sink counts as a super user)."""
+    return secured_admin
+
+
+def test_replayed_micro_batches_write_each_record_once(spark, admin, secured_cluster, etl, tmp_path,
+                                                       small_arrow_batches):
     source, sink = new_topic(admin, partitions=2), new_topic(admin, partitions=3, replication_factor=3)
+    etl.grant(read=[source, sink], write=[sink], idempotent_write=True)
     values = [f"v{i}".encode() for i in range(RECORDS)]
-    produce(bootstrap, source, [(i % 2, None, v, None) for i, v in enumerate(values)])
+    produce(secured_cluster.client_config(), source, [(i % 2, None, v, None) for i, v in enumerate(values)])
     checkpoint = str(tmp_path / "checkpoint")
     interrupted = 0
     for _attempt in range(RESTARTS_MAX):
-        query = (spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap)
+        query = (spark.readStream.format("ads").options(**etl.options)
                  .option("subscribe", source).option("startingOffsets", "earliest")
                  .option("maxOffsetsPerTrigger", str(RECORDS // 10)).load()
                  .selectExpr("key", "value")
                  .mapInArrow(slow_copy(0.15), "key binary, value binary")
-                 .writeStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", sink)
+                 .writeStream.format("ads").options(**etl.options).option("topic", sink)
                  .option("checkpointLocation", checkpoint).queryName(f"replay_{uuid.uuid4().hex[:6]}")
                  .trigger(availableNow=True).start())
         if interrupted < FAILURES:
@@ -83,7 +96,7 @@ def test_replayed_micro_batches_write_each_record_once(spark, admin, bootstrap, 
         if query.exception() is None and sink_count(admin, sink) >= RECORDS and not query.isActive:
             if interrupted >= FAILURES:
                 break
-    written = reader(spark, bootstrap, subscribe=sink).select("value").collect()
+    written = reader(spark, etl.options, subscribe=sink).select("value").collect()
     got = [bytes(r.value) for r in written]
     duplicated = len(got) - len(set(got))
     lost = len(set(values) - set(got))
