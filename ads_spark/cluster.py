@@ -223,6 +223,20 @@ class LocalCluster:
         allow = ["listeners.plaintext.nonloopback.allow=true"] if self.network else []
         return [f"listeners=PLAINTEXT://{address}:{port}", *allow]
 
+    def broker_config_lines(self, broker_id: int, lines: list[str]) -> list[str]:
+        """The config lines a broker is started with, as written before each start. A subclass that runs
+        brokers differently (more listeners, a security stage) changes them here."""
+        return lines
+
+    def extra_port(self, broker_id: int, purpose: str) -> int:
+        """A further port of a broker (a second listener), chosen once and kept in ``cluster.json``, so a
+        restarted broker listens where its clients and peers last saw it."""
+        ports = self.state.setdefault("extra_ports", {}).setdefault(purpose, {})
+        if str(broker_id) not in ports:
+            ports[str(broker_id)] = free_port()
+            self._save()
+        return ports[str(broker_id)]
+
     def broker_config_path(self, broker_id: int) -> Path:
         return self.dir / f"broker-{broker_id}" / "broker.properties"
 
@@ -240,6 +254,7 @@ class LocalCluster:
         if broker.get("rack"):
             lines.append(f"broker.rack={broker['rack']}")
         lines += self.state.get("overrides", [])
+        lines = self.broker_config_lines(broker_id, lines)
         self.broker_config_path(broker_id).write_text("\n".join(lines) + "\n")
         self._spawn(f"broker-{broker_id}", ["broker", "start", "--config", str(self.broker_config_path(broker_id))],
                     host=broker_host_name(broker_id))

@@ -55,7 +55,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ads_spark.client import Admin, Consumer, Producer, TopicPartition
-from ads_spark.cluster import LocalCluster, free_port, unwind_on_sigterm
+from ads_spark.cluster import LocalCluster, unwind_on_sigterm
 from ads_spark.cluster_security import ClusterSecurity, broker_principal_name, super_users
 
 MODES = ("plaintext", "ssl", "mtls", "mtls_acl", "sasl_ssl_acl")
@@ -96,11 +96,7 @@ class BenchCluster(LocalCluster):
         return ClusterSecurity(self.dir)
 
     def sasl_port(self, broker_id: int) -> int:
-        ports = self.state.setdefault("sasl_ports", {})
-        if str(broker_id) not in ports:
-            ports[str(broker_id)] = free_port()
-            self._save()
-        return ports[str(broker_id)]
+        return self.extra_port(broker_id, "SASL_SSL")
 
     def mode_lines(self, broker_id: int) -> list[str]:
         port = next(b["port"] for b in self.state["brokers"] if b["id"] == broker_id)
@@ -117,14 +113,9 @@ class BenchCluster(LocalCluster):
             lines += [f"authorizer.class.name={ACL_AUTHORIZER}", f"super.users={super_users(self.broker_ids())}"]
         return lines
 
-    def _spawn(self, name: str, argv: list[str], host: str | None = None) -> int:
-        if name.startswith("broker-"):
-            broker_id = int(name.split("-", 1)[1])
-            path = self.broker_config_path(broker_id)
-            kept = [line for line in path.read_text().splitlines()
-                    if not any(line.startswith(key) for key in MODE_KEYS)]
-            path.write_text("\n".join(kept + self.mode_lines(broker_id)) + "\n")
-        return super()._spawn(name, argv, host)
+    def broker_config_lines(self, broker_id: int, lines: list[str]) -> list[str]:
+        kept = [line for line in lines if not any(line.startswith(key) for key in MODE_KEYS)]
+        return kept + self.mode_lines(broker_id)
 
     def client_config(self, **extra) -> dict:
         """The admin's config (a super user where the authorizer is on); used by ``up`` too."""
@@ -354,15 +345,9 @@ class ModeRunner:
 
 
 def spark_session():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from benchmarks.spark_source_sink import local_spark
 
-    spark = (SparkSession.builder.master("local[2]").appName("ads-security-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "2g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("ads-security-bench")
 
 
 def run_window(index: int, base: BenchCluster, work: Path, mode: str, args, spark) -> list[dict]:

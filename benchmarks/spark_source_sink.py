@@ -219,16 +219,23 @@ def run_once(spark, bootstrap: str, admin: Admin, work: Path, records: int, sour
     return result
 
 
-def spark_session():
-    """local[2], quiet, with the ``ads-synthetic`` ceiling source registered."""
+def local_spark(app_name: str):
+    """A quiet local[2] SparkSession on this interpreter (no UI, no progress bars, 2g driver), as every
+    benchmark here measures Spark."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("ads-bench")
+    spark = (SparkSession.builder.master("local[2]").appName(app_name)
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_session():
+    """``local_spark`` with the ``ads-synthetic`` ceiling source registered."""
+    spark = local_spark("ads-bench")
     spark.dataSource.register(synthetic_source_class())
     return spark
 

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from ads_spark.chaos import hosted
 from ads_spark.chaos.checker import FAILED, OK, UNKNOWN, Attempt, NemesisWindow, check
@@ -269,7 +270,7 @@ def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s
     ended = workload.producing_stopped_s
     _, healed = wait_healed(admin)
     finals = final_reads(cluster.bootstrap_servers)
-    verdict = check(workload.attempts, finals, [workload.consumer_reads], _replica_batches(cluster),
+    verdict = check(workload.attempts, finals, [workload.consumer_reads], replica_batches(cluster),
                     nemesis.windows, (began, ended))
     stored = {value for rows in finals.values() for _, value in rows}
     lost = {a.value for a in workload.attempts if a.outcome == OK and a.value not in stored}
@@ -315,16 +316,21 @@ def final_reads(bootstrap: str, topic: str = TOPIC, partitions=range(PARTITIONS)
         consumer.close()
 
 
-def _replica_batches(cluster: LocalCluster) -> dict[int, dict[int, list]]:
-    """Every replica's batches below the smallest HW of the partition's replicas (they must agree)."""
-    connections = Connections({"bootstrap.servers": cluster.bootstrap_servers})
+def replica_batches(cluster: LocalCluster, client_config: dict | None = None,
+                    address_of: Callable[[int], tuple[str, int]] | None = None,
+                    topic: str = TOPIC) -> dict[int, dict[int, list]]:
+    """Every replica's batches below the smallest HW of the partition's replicas (they must agree), asked
+    with ``client_config`` (default: the open cluster's) at ``address_of(broker_id)`` (default: its
+    registered port)."""
+    connections = Connections(client_config or {"bootstrap.servers": cluster.bootstrap_servers})
+    ports = {broker["id"]: broker["port"] for broker in cluster.state["brokers"]}
+    address_of = address_of or (lambda broker_id: (cluster.broker_address(broker_id), ports[broker_id]))
     statuses: dict[int, dict[int, dict]] = {}
     try:
-        for broker in cluster.state["brokers"]:
-            answer = connections.call_action(cluster.broker_address(broker["id"]), broker["port"],
-                                             wire.ACTION_REPLICA_STATUS, {"topic": TOPIC})
+        for broker_id in ports:
+            answer = connections.call_action(*address_of(broker_id), wire.ACTION_REPLICA_STATUS, {"topic": topic})
             for item in answer["partitions"]:
-                statuses.setdefault(item["partition"], {})[broker["id"]] = item
+                statuses.setdefault(item["partition"], {})[broker_id] = item
     finally:
         connections.close()
     out = {}

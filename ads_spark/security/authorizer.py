@@ -181,7 +181,8 @@ class Resource:
 
 @dataclass(frozen=True)
 class RequestContext:
-    """Who asks and from where: the authenticated principal (``ANONYMOUS`` if none) and its host."""
+    """Who asks and from where: the authenticated principal (``ANONYMOUS`` if none) and its host. ``authorize``
+    reads only these two attributes, so the broker passes its per-call ``CallContext`` as it is."""
 
     principal: str
     host: str
