@@ -64,6 +64,26 @@ class ErrorCode(IntEnum):
     CLUSTER_AUTHORIZATION_FAILED = 31
     SECURITY_DISABLED = 54
     SASL_AUTHENTICATION_FAILED = 58
+    # Consumer groups (Kafka's numbers).
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    GROUP_AUTHORIZATION_FAILED = 30
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNSTABLE_OFFSET_COMMIT = 88
     # Kafka has no wire code for a failed TLS handshake (the client raises SslAuthenticationException
     # before any request); ADS gives the client-side error a number outside Kafka's range.
     SSL_AUTHENTICATION_FAILED = -100
@@ -88,6 +108,10 @@ RETRIABLE_CODES = frozenset(
         ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ErrorCode.NOT_CONTROLLER,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
     }
 )
 
@@ -171,6 +195,25 @@ ClusterAuthorizationFailedError = _ERROR_CLASSES[ErrorCode.CLUSTER_AUTHORIZATION
 SecurityDisabledError = _ERROR_CLASSES[ErrorCode.SECURITY_DISABLED]
 SaslAuthenticationFailedError = _ERROR_CLASSES[ErrorCode.SASL_AUTHENTICATION_FAILED]
 SslAuthenticationFailedError = _ERROR_CLASSES[ErrorCode.SSL_AUTHENTICATION_FAILED]
+OffsetMetadataTooLargeError = _ERROR_CLASSES[ErrorCode.OFFSET_METADATA_TOO_LARGE]
+CoordinatorLoadInProgressError = _ERROR_CLASSES[ErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
+CoordinatorNotAvailableError = _ERROR_CLASSES[ErrorCode.COORDINATOR_NOT_AVAILABLE]
+NotCoordinatorError = _ERROR_CLASSES[ErrorCode.NOT_COORDINATOR]
+IllegalGenerationError = _ERROR_CLASSES[ErrorCode.ILLEGAL_GENERATION]
+InconsistentGroupProtocolError = _ERROR_CLASSES[ErrorCode.INCONSISTENT_GROUP_PROTOCOL]
+InvalidGroupIdError = _ERROR_CLASSES[ErrorCode.INVALID_GROUP_ID]
+UnknownMemberIdError = _ERROR_CLASSES[ErrorCode.UNKNOWN_MEMBER_ID]
+InvalidSessionTimeoutError = _ERROR_CLASSES[ErrorCode.INVALID_SESSION_TIMEOUT]
+RebalanceInProgressError = _ERROR_CLASSES[ErrorCode.REBALANCE_IN_PROGRESS]
+InvalidCommitOffsetSizeError = _ERROR_CLASSES[ErrorCode.INVALID_COMMIT_OFFSET_SIZE]
+GroupAuthorizationFailedError = _ERROR_CLASSES[ErrorCode.GROUP_AUTHORIZATION_FAILED]
+NonEmptyGroupError = _ERROR_CLASSES[ErrorCode.NON_EMPTY_GROUP]
+GroupIdNotFoundError = _ERROR_CLASSES[ErrorCode.GROUP_ID_NOT_FOUND]
+MemberIdRequiredError = _ERROR_CLASSES[ErrorCode.MEMBER_ID_REQUIRED]
+GroupMaxSizeReachedError = _ERROR_CLASSES[ErrorCode.GROUP_MAX_SIZE_REACHED]
+FencedInstanceIdError = _ERROR_CLASSES[ErrorCode.FENCED_INSTANCE_ID]
+GroupSubscribedToTopicError = _ERROR_CLASSES[ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC]
+UnstableOffsetCommitError = _ERROR_CLASSES[ErrorCode.UNSTABLE_OFFSET_COMMIT]
 # Kafka spells the storage error KafkaStorageException; keep a readable alias.
 StorageError = KafkaStorageErrorError
 
