@@ -25,6 +25,12 @@ Map of the package (each module says what it owns):
 * ``fencing``   whether a broker obeys a controller request: controller epoch
                 and broker epoch (KIP-380).
 * ``assignment`` replica placement (owned by another engineer).
+* ``group_values`` / ``group_membership`` / ``group_rebalance``: a consumer group's
+                membership (Kafka's classic protocol: join, sync, heartbeat, leave,
+                generations, static members) as ``(group, effects)`` steps.
+* ``group_offsets`` committed offsets: checks, expiry (KIP-211), deletes.
+* ``group_records`` the ``__consumer_offsets`` record format (Kafka's bytes),
+                ``replay`` (what a new coordinator loads) and ``partition_for``.
 
 Nothing here imports sockets, threads, time, random, files, kazoo or Flight
 (tests/unit/test_replication_purity.py enforces it): time and randomness are
