@@ -265,6 +265,8 @@ class RequestMeta:
 
 
 class Cluster:
+    broker_class = SimBroker  # the process each broker runs (coordinator.py's adds a group coordinator)
+
     def __init__(self, cfg: SimConfig, rng: random.Random, checker):
         self.cfg = cfg
         self.rng = rng
@@ -285,7 +287,7 @@ class Cluster:
             self.zk.partitions[p] = LeaderAndIsr(reps[0], 0, tuple(sorted(reps)), (), 0, 0)
         self.requests: dict[int, RequestMeta] = {}
         self.req_ids = itertools.count(1)
-        self.brokers = {b: SimBroker(self, b) for b in ids}
+        self.brokers = {b: self.broker_class(self, b) for b in ids}
         self.controllers = ControllerEnv(self)
         self.producer = None
 
