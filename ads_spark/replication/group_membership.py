@@ -57,6 +57,7 @@ from ads_spark.replication.group_rebalance import (
     evolve,
     maybe_prepare_rebalance,
     remove_member,
+    select_protocol,
     set_member,
     tick_rebalance,
     with_state,
@@ -234,9 +235,11 @@ def _replace_static_member(group: Group, old_id: str, new_id: str, req: JoinRequ
     group = evolve(group, members=members, static_members={**group.static_members, req.group_instance_id: new_id},
                    leader_id=rename(group.leader_id), pending_sync=frozenset(map(rename, group.pending_sync)),
                    pending_assignments={rename(k): v for k, v in group.pending_assignments.items()})
-    if group.state is GroupState.STABLE and old.protocols == req.protocols:
-        # Nothing the leader decided changes: answer at once with the current generation; the leader id
-        # is the one before the swap so a replaced leader does not reassign (Kafka does the same).
+    if group.state is GroupState.STABLE and select_protocol(group, group.leader_id) == group.protocol_name:
+        # Kafka's rule (updateStaticMemberAndRebalance): only a change of the group's protocol rebalances; new
+        # metadata alone does not (a restarted cooperative-sticky member sends generation -1 in its user data).
+        # Answer at once with the current generation; the leader id is the one before the swap so a replaced
+        # leader does not reassign (Kafka does the same).
         replaced = evolve(replaced, join_handle=None)
         group = set_member(group, replaced)
         effects.append(JoinReply(handle, E.NONE, member_id=new_id, generation_id=group.generation_id,

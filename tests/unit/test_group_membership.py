@@ -224,6 +224,19 @@ def test_static_member_rejoining_with_a_new_id_fences_the_old_one_without_a_reba
     assert reply_to(effects, handle).assignment == f"A:{a}".encode()
 
 
+def test_static_member_rejoining_with_new_metadata_rebalances_only_if_the_group_protocol_would_change():
+    """Kafka's updateStaticMemberAndRebalance: a restarted cooperative-sticky member sends new user data
+    (its generation, -1 after a restart); only a change of the selected protocol rebalances."""
+    group, (a, b) = stable_group(instances=("i-a", "i-b"))
+    group, h, effects = do_join(group, 50, client="a", instance="i-a", protocols=(("range", b"new user data"),))
+    assert reply_to(effects, h).error is E.NONE and group.state is GroupState.STABLE and group.generation_id == 2
+    group, (a,) = stable_group(clients=("a",), instances=("i-a",))
+    group, h, effects = do_join(group, 60, client="a", instance="i-a",
+                                protocols=(("roundrobin", b"t0"), ("range", b"t0")))  # its vote now changes it
+    reply = reply_to(effects, h)  # a one-member group's rebalance completes at once: a new generation
+    assert reply.error is E.NONE and (reply.generation_id, reply.protocol_name) == (2, "roundrobin")
+
+
 def test_static_member_that_does_not_rejoin_stays_through_the_rebalance():
     group, (a, b) = stable_group(instances=("i-a", "i-b"), session_ms=50_000)  # b is restarting, say
     group, c, h, _ = new_member(group, 10, client="c", instance="i-c")
