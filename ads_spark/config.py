@@ -225,6 +225,21 @@ def parse_int(value: Any, *, name: str, min_value: int | None = None, max_value:
     return number
 
 
+def parse_double(value: Any, *, name: str, min_value: float | None = None, max_value: float | None = None) -> float:
+    """``value`` (a number, or its decimal text, ``1e6`` forms included) as a finite float within the bounds."""
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be a number") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be a finite number")
+    if min_value is not None and number < min_value:
+        raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be >= {min_value}")
+    if max_value is not None and number > max_value:
+        raise InvalidConfigError(f"invalid value {value!r} for '{name}': must be <= {max_value}")
+    return number
+
+
 def parse_value(key: ConfigKey, raw: Any) -> Any:
     """Convert ``raw`` (usually a string) to the key's type, raising InvalidConfigError naming the key."""
     if raw is None:
@@ -232,10 +247,16 @@ def parse_value(key: ConfigKey, raw: Any) -> Any:
     text = raw.strip() if isinstance(raw, str) else raw
     try:
         if key.kind == "int":
-            return parse_int(raw, name=key.name, min_value=key.min_value, max_value=key.max_value)
+            number = parse_int(raw, name=key.name, min_value=key.min_value)
+            if key.max_value is not None and number > key.max_value:
+                raise ValueError(dict(key.refused).get("max", f"must be <= {key.max_value}"))
+            return number
+        if key.kind == "double":
+            return parse_double(raw, name=key.name, min_value=key.min_value, max_value=key.max_value)
         if key.kind == "bool":
             return parse_bool(raw, name=key.name)
         if key.kind == "enum":
+            text = dict(key.aliases).get(text, text)
             reason = dict(key.refused).get(text)
             if reason is not None:
                 raise ValueError(reason)

@@ -71,12 +71,25 @@ NO_SEQUENCE = -1
 _META_PREFIX = "ads."
 
 
+ALL_ROWS = -1  # row_count of a batch holding every offset of its span (every batch but a cleaned one)
+NO_DELETE_HORIZON = -1
+
+
 @dataclass(frozen=True, slots=True)
 class BatchHeader:
-    """Batch-level metadata; offsets in the batch are base_offset .. base_offset + record_count - 1."""
+    """Batch-level metadata; offsets in the batch lie in base_offset .. base_offset + record_count - 1.
+
+    ``record_count`` is the batch's OFFSET SPAN, fixed when the leader appended it, so
+    next_offset, last_sequence, producer dedupe and epoch starts never change. A batch
+    the log cleaner rewrote keeps its span and says how many rows it still holds in
+    ``row_count`` (>= 1, strictly increasing offsets inside the span); ``ALL_ROWS``
+    (-1) means every offset of the span is present. The row count enters the metadata
+    and the CRC only when it is set, so every batch written before compaction existed
+    keeps its bytes and its CRC. ``delete_horizon_ms`` follows the same rule.
+    """
 
     base_offset: int
-    record_count: int  # > 0: an empty batch is never stored
+    record_count: int  # > 0: the offset span; an empty batch is never stored
     leader_epoch: int  # epoch of the leader that appended the batch
     max_timestamp_ms: int
     timestamp_type: int = TIMESTAMP_TYPE_CREATE_TIME
@@ -84,6 +97,20 @@ class BatchHeader:
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
     crc: int = 0
+    row_count: int = ALL_ROWS  # rows kept by the cleaner, or ALL_ROWS
+    # Cleaned batches holding tombstones: the wall-clock ms from which a later cleaning removes them
+    # (set to now + delete.retention.ms by the cleaning that first rewrote the batch, as Kafka's KIP-534).
+    delete_horizon_ms: int = NO_DELETE_HORIZON
+
+    @property
+    def rows(self) -> int:
+        """How many records (rows) the batch holds."""
+        return self.record_count if self.row_count == ALL_ROWS else self.row_count
+
+    @property
+    def cleaned(self) -> bool:
+        """Written by the log cleaner: offsets may be missing inside the span and after it."""
+        return self.row_count != ALL_ROWS
 
     @property
     def last_offset(self) -> int:
@@ -103,10 +130,12 @@ class BatchHeader:
         return (
             f"{self.base_offset},{self.record_count},{self.leader_epoch},{self.max_timestamp_ms},"
             f"{self.timestamp_type},{self.producer_id},{self.producer_epoch},{self.base_sequence}"
+            + (f",{self.row_count}" if self.cleaned else "")
+            + (f",h{self.delete_horizon_ms}" if self.delete_horizon_ms != NO_DELETE_HORIZON else "")
         ).encode()
 
     def to_metadata(self) -> dict[str, str]:
-        return {
+        metadata = {
             "ads.base_offset": str(self.base_offset),
             "ads.record_count": str(self.record_count),
             "ads.leader_epoch": str(self.leader_epoch),
@@ -117,6 +146,11 @@ class BatchHeader:
             "ads.base_sequence": str(self.base_sequence),
             "ads.crc": str(self.crc),
         }
+        if self.cleaned:
+            metadata["ads.row_count"] = str(self.row_count)
+        if self.delete_horizon_ms != NO_DELETE_HORIZON:
+            metadata["ads.delete_horizon_ms"] = str(self.delete_horizon_ms)
+        return metadata
 
     @classmethod
     def from_metadata(cls, metadata) -> "BatchHeader":
@@ -135,9 +169,18 @@ class BatchHeader:
                 producer_epoch=int(get("ads.producer_epoch")),
                 base_sequence=int(get("ads.base_sequence")),
                 crc=int(get("ads.crc")),
+                row_count=int(_optional(get, "ads.row_count", ALL_ROWS)),
+                delete_horizon_ms=int(_optional(get, "ads.delete_horizon_ms", NO_DELETE_HORIZON)),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptMessageError(f"malformed ADS batch header: {exc}") from exc
+
+
+def _optional(get, key: str, default: int):
+    try:
+        return get(key)
+    except KeyError:
+        return default
 
 
 def _metadata_getter(metadata):
@@ -183,12 +226,32 @@ def message_crc(message: pa.Buffer, header: BatchHeader) -> int:
     return zlib.crc32(pa.ipc.read_message(message).body, crc)
 
 
-def verify(batch: pa.RecordBatch, header: BatchHeader) -> None:
-    """Raise CorruptMessageError unless the batch matches its header (offsets, count, CRC)."""
-    if batch.num_rows != header.record_count or header.record_count <= 0:
+def check_counts(num_rows: int, header: BatchHeader) -> None:
+    """Raise CorruptMessageError unless a batch of ``num_rows`` rows fits its header's span and row count."""
+    if (header.record_count <= 0 or not (header.row_count == ALL_ROWS or 1 <= header.row_count <= header.record_count)
+            or (header.delete_horizon_ms != NO_DELETE_HORIZON and not header.cleaned)):
+        raise CorruptMessageError(f"batch at offset {header.base_offset}: header span {header.record_count} "
+                                  f"with row count {header.row_count} (delete horizon "
+                                  f"{header.delete_horizon_ms}) is impossible")
+    if num_rows != header.rows:
         raise CorruptMessageError(
-            f"batch at offset {header.base_offset} has {batch.num_rows} rows, header says {header.record_count}"
+            f"batch at offset {header.base_offset} has {num_rows} rows, header says {header.rows}"
         )
+
+
+def check_sequence(header: BatchHeader, expected_base_offset: int, previous: BatchHeader | None) -> None:
+    """A batch starts where the last one ended; later only when it is the first one (the reader's offset or
+    a segment's base fell in a gap) or follows a cleaned batch (the cleaner marks every batch it writes, so a
+    gap after an uncleaned batch is a missing batch, not compaction)."""
+    gap_allowed = previous is None or previous.cleaned
+    if header.base_offset < expected_base_offset or (header.base_offset > expected_base_offset
+                                                       and not gap_allowed):
+        raise CorruptMessageError(f"batch at {header.base_offset}, expected {expected_base_offset}")
+
+
+def verify(batch: pa.RecordBatch, header: BatchHeader) -> None:
+    """Raise CorruptMessageError unless the batch matches its header (row count, CRC)."""
+    check_counts(batch.num_rows, header)
     actual = compute_crc(batch, header)
     if actual != header.crc:
         raise CorruptMessageError(

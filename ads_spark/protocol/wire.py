@@ -29,7 +29,7 @@ from ads_spark.errors import (
     RequestTimedOutError,
     error_for,
 )
-from ads_spark.protocol.records import BatchHeader
+from ads_spark.protocol.records import ALL_ROWS, NO_DELETE_HORIZON, BatchHeader
 
 # Upper bound on any JSON request body; a larger one is malformed, not a DoS vector.
 JSON_BODY_BYTES_MAX = 16 << 20
@@ -59,6 +59,18 @@ ACTION_DELETE_ACLS = "delete_acls"
 ACTION_DESCRIBE_ACLS = "describe_acls"
 ACTION_ALTER_USER_CREDENTIALS = "alter_user_credentials"
 ACTION_DESCRIBE_USERS = "describe_users"
+# Consumer groups (issue #24; broker/rpc/group_handlers.py serves them, the group consumer and admin call them)
+ACTION_FIND_COORDINATOR = "find_coordinator"
+ACTION_JOIN_GROUP = "join_group"
+ACTION_SYNC_GROUP = "sync_group"
+ACTION_HEARTBEAT = "heartbeat"
+ACTION_LEAVE_GROUP = "leave_group"
+ACTION_OFFSET_COMMIT = "offset_commit"
+ACTION_OFFSET_FETCH = "offset_fetch"
+ACTION_LIST_GROUPS = "list_groups"
+ACTION_DESCRIBE_GROUPS = "describe_groups"
+ACTION_DELETE_GROUPS = "delete_groups"
+ACTION_OFFSET_DELETE = "offset_delete"
 
 FETCH = "fetch"
 FETCH_SESSION = "fetch_session"  # a DoExchange stream of fetches (broker/rpc/server.py)
@@ -248,7 +260,7 @@ def split_fetch_answer(chunks) -> tuple[dict[tuple[str, int], dict], dict[tuple[
 
 
 def header_to_json(header: BatchHeader) -> dict[str, int]:
-    return {
+    value = {
         "base_offset": header.base_offset,
         "record_count": header.record_count,
         "leader_epoch": header.leader_epoch,
@@ -259,11 +271,18 @@ def header_to_json(header: BatchHeader) -> dict[str, int]:
         "base_sequence": header.base_sequence,
         "crc": header.crc,
     }
+    if header.cleaned:  # only a cleaned batch says how many rows it holds (records.BatchHeader)
+        value["row_count"] = header.row_count
+    if header.delete_horizon_ms != NO_DELETE_HORIZON:
+        value["delete_horizon_ms"] = header.delete_horizon_ms
+    return value
 
 
 def header_from_json(value: Mapping[str, Any]) -> BatchHeader:
     try:
-        return BatchHeader(**{k: int(value[k]) for k in header_to_json(BatchHeader(0, 1, 0, 0))})
+        fields = {k: int(value[k]) for k in header_to_json(BatchHeader(0, 1, 0, 0))}
+        return BatchHeader(**fields, row_count=int(value.get("row_count", ALL_ROWS)),
+                           delete_horizon_ms=int(value.get("delete_horizon_ms", NO_DELETE_HORIZON)))
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidRequestError(f"malformed batch header in fetch response: {exc}") from exc
 

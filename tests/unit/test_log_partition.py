@@ -147,15 +147,18 @@ def test_follower_append_checks_everything_before_writing(tmp_path):
     leader, follower = open_log(tmp_path / "a-0"), open_log(tmp_path / "b-0")
     fill(leader, [2, 2, 2])
     good = leader.read(0, max_bytes=1 << 20)
-    with pytest.raises(InvariantViolation):
-        follower.append_as_follower(good[1:], now_ms=0)  # does not start at the log end
     tampered = [good[0], (good[1][0], dataclasses.replace(good[1][1], crc=good[1][1].crc ^ 1)), good[2]]
     with pytest.raises(CorruptMessageError):
         follower.append_as_follower(tampered, now_ms=0)
     with pytest.raises(CorruptMessageError):
-        follower.append_as_follower([good[0], good[2]], now_ms=0)  # a gap
+        follower.append_as_follower([good[0], good[2]], now_ms=0)  # a gap after a batch the cleaner never wrote
     assert follower.log_end_offset == 0 and follower.size_bytes == segment_files(tmp_path / "b-0")[0].stat().st_size
     assert follower.read(0, max_bytes=1 << 20) == []
+    # Starting after the log end is allowed (the leader's cleaner may have left a gap there); below it is not.
+    follower.append_as_follower(good[:1], now_ms=0)
+    with pytest.raises(InvariantViolation):
+        follower.append_as_follower(good[:1], now_ms=0)
+    assert follower.log_end_offset == 2
 
 
 # ---- reads ------------------------------------------------------------------------------------

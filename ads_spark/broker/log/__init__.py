@@ -9,6 +9,8 @@ The on-disk contract is in docs/DESIGN.md (section Storage). Modules:
 * ``checkpoints``    LeaderEpochFile and OffsetCheckpointFile (Kafka's text formats)
 * ``manager``        LogManager: one ``log.dirs`` directory and its per-broker files
 * ``log_dirs``       LogDirs: every ``log.dirs`` directory; where a new partition goes
+* ``cleaner``        clean_log: one compaction pass (latest record per key), offsets kept with gaps
+* ``cleaner_swap``   the crash-safe swap of cleaned segments, finished or rolled back on open
 """
 
 from ads_spark.broker.log.checkpoints import LeaderEpochFile, OffsetCheckpointFile

@@ -5,39 +5,47 @@ core sees a fetch response, so a corrupt or out-of-sequence answer changes
 nothing. ``check_fetched_messages`` takes the leader's stored IPC messages as
 they are (the replica fetch path: written without decoding and re-encoding);
 ``encode_fetched`` takes decoded record batches and encodes each once.
+
+Offset gaps: a follower copies the leader's cleaned batches as they are, so the
+first batch may start after the fetch offset (the offset fell in a gap the
+cleaner left) and a batch may start after the previous one's next offset, but
+only when that previous batch is a cleaned one (``BatchHeader.cleaned``): the
+cleaner marks every batch it writes, so a gap after an uncleaned batch is a
+missing batch, not compaction.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ads_spark.broker.log.segment import encode_batch_message
 from ads_spark.errors import CorruptMessageError
-from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, message_crc
+from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, check_counts, check_sequence, message_crc
 
 
 def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
                    first_offset: int) -> list[tuple[pa.Buffer, BatchHeader]]:
     """Check a follower's fetched batches and encode each once into its segment message.
 
-    Offsets must run on from ``first_offset``, batches must be RECORD_SCHEMA with an
-    offset column that agrees with the header, and the CRC is checked over the body
-    of the message just encoded (``message_crc``), so a batch is serialized once on
-    its way to disk. Pure (touches no log): the broker runs it before the replication
+    Offsets must run on from ``first_offset`` (gaps as the module docstring allows),
+    batches must be RECORD_SCHEMA with an offset column that agrees with the header,
+    and the CRC is checked over the body of the message just encoded
+    (``message_crc``), so a batch is serialized once on its way to disk. Pure (touches no log): the broker runs it before the replication
     core sees the batches, so a corrupt response changes nothing.
     """
-    expected = first_offset
+    expected, previous = first_offset, None
     messages = []
     for batch, header in batches:
         if not batch.schema.equals(RECORD_SCHEMA):
             raise CorruptMessageError(f"batch at {header.base_offset} is not in RECORD_SCHEMA")
         message = encode_batch_message(batch, header)
-        _check(message, batch, header, expected)
+        _check(message, batch, header, expected, previous)
         messages.append((message, header))
-        expected = header.next_offset
+        expected, previous = header.next_offset, header
     return messages
 
 
@@ -49,28 +57,39 @@ def check_fetched_messages(messages: Sequence[tuple[pa.Buffer, BatchHeader]],
     CRC over the message body and the header fields matches, and the batch (decoded
     without copying) is RECORD_SCHEMA with the header's row count and offsets. Pure.
     """
-    expected = first_offset
+    expected, previous = first_offset, None
     for message, header in messages:
         try:
             batch = ipc.read_record_batch(ipc.read_message(message), RECORD_SCHEMA)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptMessageError(f"fetched batch at {header.base_offset} is not an IPC record batch: {exc}")
-        _check(message, batch, header, expected)
-        expected = header.next_offset
+        _check(message, batch, header, expected, previous)
+        expected, previous = header.next_offset, header
     return list(messages)
 
 
-def _check(message: pa.Buffer, batch: pa.RecordBatch, header: BatchHeader, expected_base_offset: int) -> None:
+def _check(message: pa.Buffer, batch: pa.RecordBatch, header: BatchHeader, expected_base_offset: int,
+           previous: BatchHeader | None) -> None:
     """The checks every fetched batch passes before it is written: sequence, rows, offsets, CRC."""
-    if header.base_offset != expected_base_offset:
-        raise CorruptMessageError(f"fetched batch at {header.base_offset}, expected {expected_base_offset}")
-    if batch.num_rows != header.record_count or header.record_count <= 0:
-        raise CorruptMessageError(f"batch at offset {header.base_offset} has {batch.num_rows} rows, "
-                                  f"header says {header.record_count}")
-    offsets = batch.column(0)
-    if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
-        raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
+    check_sequence(header, expected_base_offset, previous)
+    check_counts(batch.num_rows, header)
+    check_offsets(batch.column(0), header)
     actual = message_crc(message, header)
     if actual != header.crc:
         raise CorruptMessageError(f"CRC mismatch in batch at offset {header.base_offset}: "
                                   f"stored {header.crc}, computed {actual}")
+
+
+def check_offsets(offsets: pa.Array, header: BatchHeader) -> None:
+    """The offset column lies in the header's span: all of it, or (cleaned) strictly increasing inside it."""
+    if not header.cleaned:
+        if offsets[0].as_py() != header.base_offset or offsets[-1].as_py() != header.last_offset:
+            raise CorruptMessageError(f"offset column of batch {header.base_offset} disagrees with its header")
+        return
+    if offsets.null_count:
+        raise CorruptMessageError(f"offset column of batch {header.base_offset} holds nulls")
+    # Through the buffer: Arrow's to_numpy imports pandas, which a broker never does (records.int64_column).
+    values = np.frombuffer(offsets.buffers()[1], dtype=np.int64, count=offsets.offset + len(offsets))[offsets.offset:]
+    if values[0] < header.base_offset or values[-1] > header.last_offset or (np.diff(values) <= 0).any():
+        raise CorruptMessageError(f"offset column of cleaned batch {header.base_offset} is not strictly "
+                                  f"increasing inside [{header.base_offset}, {header.last_offset}]")

@@ -63,8 +63,9 @@ def _read_entry(path: Path, i: int) -> IndexEntry:
 class SegmentIndex:
     """In-memory columns of both sidecars plus append handles; one per segment.
 
-    Invariants: ``_bases`` is strictly increasing and contiguous
-    (``bases[i+1] == bases[i] + counts[i]``); ``_time_ts`` is strictly increasing;
+    Invariants: ``_bases`` is strictly increasing and each batch starts at or after the previous
+    one's next offset (``bases[i+1] >= bases[i] + counts[i]``; equal unless the log cleaner
+    left a gap); ``_time_ts`` is strictly increasing;
     the files hold exactly the entries in memory once ``flush`` returns.
     """
 
@@ -106,7 +107,7 @@ class SegmentIndex:
                 raise IndexInconsistent(f"{index_path} is empty but the segment is not")
             return index
         first, last = _read_entry(index_path, 0), _read_entry(index_path, index._count - 1)
-        if (first.base_offset != base_offset or first.position != first_position
+        if (first.base_offset < base_offset or first.position != first_position
                 or last.end_position != segment_size or last.base_offset < first.base_offset or not time_size):
             raise IndexInconsistent(f"{index_path} does not match its segment ({segment_size} bytes)")
         with open(timeindex_path, "rb") as handle:

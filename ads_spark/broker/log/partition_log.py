@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ads_spark.broker.log import file_modes
+from ads_spark.broker.log import cleaner_swap, file_modes
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.fetched import encode_fetched
@@ -62,8 +62,8 @@ def _load_segments(directory: Path, bases: list[int], recovery_point: int, clean
     """Open segments in order; validate those at/after the recovery point; stop at the first damage."""
     segments: list[LogSegment] = []
     for i, base in enumerate(bases):
-        if segments and base != segments[-1].next_offset:
-            log.warning("%s: segment %d does not follow %d (ends at %d); dropping it and later ones",
+        if segments and base < segments[-1].next_offset:  # later is a gap the cleaner left: allowed
+            log.warning("%s: segment %d overlaps %d (ends at %d); dropping it and later ones",
                         directory, base, segments[-1].base_offset, segments[-1].next_offset)
             break
         next_base = bases[i + 1] if i + 1 < len(bases) else None
@@ -85,6 +85,14 @@ def _load_segments(directory: Path, bases: list[int], recovery_point: int, clean
     if len(segments) < len(bases):
         fsync_directory(directory)
     return segments
+
+
+def _first_batch_from(segment: LogSegment, offset: int) -> int:
+    """Index of the batch holding ``offset``, or of the first one after it when ``offset`` is in a gap."""
+    i = segment.index.batch_containing(offset)
+    if i < 0:
+        return 0
+    return i if segment.index.entry(i).next_offset > offset else i + 1
 
 
 def _stamp(batch: pa.RecordBatch, base_offset: int, timestamp_type: int, now_ms: int) -> tuple[pa.RecordBatch, int]:
@@ -130,8 +138,9 @@ def _find_epoch_starts(segment: LogSegment, low: int, low_header: BatchHeader, h
 
 class PartitionLog:
     """Invariants: ``log_start_offset <= recovery_point <= log_end_offset`` except that the start
-    may pass the recovery point; segments are contiguous (each base offset is the previous
-    segment's next offset); only the last segment is ever appended to."""
+    may pass the recovery point; each segment's base offset is at or after the previous
+    segment's next offset (after, where the log cleaner left a gap); only the last segment is
+    ever appended to."""
 
     def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
                  log_start_offset: int, now_ms: int):
@@ -150,6 +159,7 @@ class PartitionLog:
              now_ms: int, log_start_offset: int | None = None) -> "PartitionLog":
         directory = Path(directory)
         file_modes.new_directory(directory)
+        cleaner_swap.complete_or_roll_back(directory)  # before anything reads the segments
         remove_stray_files(directory)
         bases = sorted(b for b in (parse_segment_file_name(p.name) for p in directory.iterdir()) if b is not None)
         segments = _load_segments(directory, bases, recovery_point, clean_shutdown, now_ms)
@@ -183,6 +193,13 @@ class PartitionLog:
     def segment_base_offsets(self) -> list[int]:
         with self._lock:
             return list(self._bases)
+
+    def segment_summaries(self) -> list[tuple[int, int, int, int]]:
+        """(base_offset, next_offset, size_bytes, max_timestamp_ms) of each segment, oldest first; the
+        last is the active one. For the log cleaner's choice of log and clean end (a snapshot)."""
+        with self._lock:
+            self._ensure_open()
+            return [(s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp_ms) for s in self._segments]
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
@@ -218,10 +235,11 @@ class PartitionLog:
         self.append_encoded(encode_fetched(batches, first), now_ms=now_ms)
 
     def append_encoded(self, messages: Sequence[tuple[pa.Buffer, BatchHeader]], *, now_ms: int) -> None:
-        """Store messages ``encode_fetched`` checked and encoded; they must start at the log end."""
+        """Store messages ``encode_fetched`` checked and encoded; they must start at the log end or
+        after it (the leader's log has a cleaner's gap there: the follower keeps it)."""
         with self._lock:
             self._ensure_open()
-            if messages and messages[0][1].base_offset != self.log_end_offset:
+            if messages and messages[0][1].base_offset < self.log_end_offset:
                 raise InvariantViolation(f"{self.directory.name}: follower append at base offset "
                                          f"{messages[0][1].base_offset}, log end offset is {self.log_end_offset}")
             self._write_locked(messages, now_ms)
@@ -257,7 +275,10 @@ class PartitionLog:
         old.flush()
         old.close()
         self._recovery_point = self.log_end_offset
-        new = LogSegment.create(self.directory, self.log_end_offset, now_ms)
+        self._start_segment_locked(self.log_end_offset, now_ms)
+
+    def _start_segment_locked(self, base_offset: int, now_ms: int) -> None:
+        new = LogSegment.create(self.directory, base_offset, now_ms)
         self._segments.append(new)
         self._bases.append(new.base_offset)
 
@@ -309,7 +330,7 @@ class PartitionLog:
             total_bytes = 0
             first_segment = bisect_right(self._bases, start_offset_inclusive) - 1
             for k, segment in enumerate(self._segments[first_segment:]):
-                i = max(segment.index.batch_containing(start_offset_inclusive), 0) if k == 0 else 0
+                i = _first_batch_from(segment, start_offset_inclusive) if k == 0 else 0
                 for j in range(i, segment.batch_count):
                     entry = segment.index.entry(j)
                     if entry.base_offset >= end or (result and total_bytes + entry.size > max_bytes):
@@ -334,7 +355,7 @@ class PartitionLog:
             total_bytes = 0
             first_segment = bisect_right(self._bases, start_offset_inclusive) - 1
             for k, segment in enumerate(self._segments[first_segment:]):
-                i = max(segment.index.batch_containing(start_offset_inclusive), 0) if k == 0 else 0
+                i = _first_batch_from(segment, start_offset_inclusive) if k == 0 else 0
                 found = []
                 for j in range(i, segment.batch_count):
                     entry = segment.index.entry(j)
@@ -407,7 +428,8 @@ class PartitionLog:
         """Drop every batch holding an offset >= ``end_offset_exclusive``.
 
         A batch is never split: one straddling the point is dropped whole, so the
-        log end may land below the requested offset (at that batch's base).
+        log end may land below the requested offset (at that batch's base). A point
+        in a gap the cleaner left becomes the log end (an empty segment starts there).
         A point below the log start empties the log and restarts it there.
         """
         with self._lock:
@@ -422,7 +444,13 @@ class PartitionLog:
                 self._bases.pop()
             fsync_directory(self.directory)
             active = self._segments[-1]
-            active.truncate_batches(max(active.index.batch_containing(end_offset_exclusive), 0))
+            holder = active.index.batch_containing(end_offset_exclusive)
+            in_gap = holder < 0 or active.index.entry(holder).next_offset <= end_offset_exclusive
+            active.truncate_batches(_first_batch_from(active, end_offset_exclusive))
+            if in_gap and self.log_end_offset < end_offset_exclusive:
+                # The point lies in a gap the cleaner left: the log end is the point itself (as the
+                # replication core counts it), so an empty segment starts there.
+                self._start_segment_locked(end_offset_exclusive, active.created_ms)
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             # Only a straddling batch can take the end below the start; the start follows it down.
             self._log_start_offset = min(self._log_start_offset, self.log_end_offset)

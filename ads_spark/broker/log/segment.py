@@ -38,7 +38,7 @@ from ads_spark.broker.log import file_modes
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.index import IndexEntry, IndexInconsistent, SegmentIndex
 from ads_spark.errors import CorruptMessageError, StorageError
-from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, message_crc, verify
+from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, check_sequence, message_crc, verify
 
 log = logging.getLogger("ads.log")
 
@@ -115,8 +115,9 @@ def encode_sealed_message(batch: pa.RecordBatch, header: BatchHeader) -> tuple[p
 def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], int, int, str | None]:
     """Validate ``path`` batch by batch: (entries, schema_end, valid_end_position, problem).
 
-    Stops at the first message that is torn, unparsable, out of sequence or fails
-    its CRC; ``valid_end_position`` is where the file must be cut (0 when even the
+    Stops at the first message that is torn, unparsable, out of sequence (a gap is
+    allowed before the first batch and after a cleaned one, ``fetched.check_sequence``)
+    or fails its CRC; ``valid_end_position`` is where the file must be cut (0 when even the
     schema is unusable).
     """
     size = path.stat().st_size
@@ -131,13 +132,12 @@ def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], int, i
         return [], 0, 0, f"schema {reader.schema} is not RECORD_SCHEMA"
     schema_end = position = mapped.tell()
     entries: list[IndexEntry] = []
-    expected_offset = base_offset
+    expected_offset, previous = base_offset, None
     while position < size:
         try:
             batch, metadata = reader.read_next_batch_with_custom_metadata()
             header = BatchHeader.from_metadata(metadata)
-            if header.base_offset != expected_offset:
-                raise CorruptMessageError(f"base offset {header.base_offset}, expected {expected_offset}")
+            check_sequence(header, expected_offset, previous)
             verify(batch, header)
         except StopIteration:
             return entries, schema_end, position, f"end-of-stream marker at byte {position} of {size}"
@@ -146,7 +146,7 @@ def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], int, i
         end = mapped.tell()
         entries.append(IndexEntry(header.base_offset, header.record_count, position, end - position,
                                   header.max_timestamp_ms))
-        expected_offset, position = header.next_offset, end
+        expected_offset, position, previous = header.next_offset, end, header
     return entries, schema_end, position, None
 
 
