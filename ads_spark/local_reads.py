@@ -9,11 +9,13 @@ gets zero-copy batches from the page cache.
 How it stays correct: the broker answers ``locate`` with the batches a fetch
 would return (same bounds: from the fetch offset, below the high watermark,
 within the byte budget) as (segment path, byte position, size, base offset,
-record count), plus the file's device and inode and an identity of its host.
+record count: the batch's offset span), plus the file's device and inode and an identity of its host,
+and where the next read starts (``next_offset``: past the last batch's span, or the HW when nothing
+is stored below it: compaction leaves gaps, which a reader must not ask for again).
 The reader uses them only if it runs on the same host (same identity), the
 file it opens is the same file (device and inode: a truncation or retention
-replaces or deletes the file, it never rewrites it in place), and every batch's
-own header names the base offset and record count the broker said. Otherwise it
+replaces or deletes the file, it never rewrites it in place; so does the log cleaner), and every batch's
+own header names the base offset and span the broker said and holds the rows it says. Otherwise it
 fetches as usual. Records below the HW are committed and never rewritten, so
 what it maps cannot change under it.
 
@@ -102,7 +104,8 @@ def _read_segment(segment: dict[str, Any]) -> list[pa.RecordBatch]:
             mapped.seek(position)
             batch, metadata = reader.read_next_batch_with_custom_metadata()
             header = BatchHeader.from_metadata(metadata)
-            if (header.base_offset, header.record_count, batch.num_rows) != (base_offset, record_count, record_count):
+            # record_count is the batch's offset span; a cleaned batch holds fewer rows (header.rows) than that.
+            if (header.base_offset, header.record_count, batch.num_rows) != (base_offset, record_count, header.rows):
                 raise NotLocal(f"{segment['path']}: batch at byte {position} is not offset {base_offset}")
             out.append(batch)
         if out and not out[0].schema.equals(RECORD_SCHEMA):

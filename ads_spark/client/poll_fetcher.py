@@ -111,8 +111,14 @@ class PollFetcher:
                     continue
                 if answer.chunk.table.num_rows:
                     ready[key] = self._answers.pop(key).chunk
-                else:
-                    del self._answers[key]
+                    continue
+                del self._answers[key]
+                if answer.chunk.next_offset > answer.start_offset_inclusive:
+                    # No record in [position, next_offset): compaction removed them. The position moves past the
+                    # gap and this poll fetches from there, instead of asking for the gap again.
+                    positions[key] = answer.chunk.next_offset
+                    self._consumer._skip_gap(key, answer.start_offset_inclusive, answer.chunk.next_offset,
+                                             answer.chunk.leader_epoch)
         if error is not None and not ready:
             raise error
         return ready
@@ -228,7 +234,7 @@ class PollFetcher:
             chunk = self._consumer._fetch_local(TopicPartition(*key), position,
                                                 self._consumer.partition_fetch_max_bytes,
                                                 epoch, broker)
-            if chunk is not None and chunk.table.num_rows:
+            if chunk is not None and (chunk.table.num_rows or chunk.next_offset > position):  # data or a gap
                 answers[key] = self._record(key, position, chunk)
             else:
                 self._lagging[key] = False  # not local, or nothing to read: the long poll takes it
@@ -291,7 +297,7 @@ class PollFetcher:
                 return _Answer(position, None, None)
             return _Answer(position, None, error)
         chunk = fetched_chunk(batches, position, int(info["high_watermark"]), int(info["log_start_offset"]),
-                              int(info.get("leader_epoch", -1)))
+                              int(info.get("leader_epoch", -1)), info.get("next_offset"))
         return self._record(key, position, chunk)
 
     def close(self) -> None:

@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from ads_spark.protocol import request_schemas, wire
 from ads_spark.local_reads import describe_segments, host_identity
-from ads_spark.errors import AdsError, InvalidRecordError, ErrorCode, InvalidRequestError, error_for
+from ads_spark.errors import AdsError, InvalidRecordError, ErrorCode, InvalidRequestError, InvalidTopicError, error_for
+from ads_spark.broker.group.offsets_topic import is_internal
 from ads_spark.broker.replica.partition import Partition
 from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.broker.rpc.server import error_response
@@ -42,6 +43,35 @@ def check_record_batch(batch: pa.RecordBatch, topic: str, partition: int) -> Non
     except (pa.ArrowInvalid, pa.ArrowException) as exc:
         raise InvalidRecordError(f"{topic}-{partition}: the record batch does not match its own header "
                                   f"({str(exc).splitlines()[0][:200]})") from None
+
+
+def check_keys_for_policy(batch: pa.RecordBatch, topic: str, cleanup_policy: str) -> None:
+    """A compacted topic keeps the latest record per key, so a record without a key is refused there
+    (INVALID_RECORD, as Kafka does), before anything is appended."""
+    if "compact" in cleanup_policy.split(",") and batch.column("key").null_count:
+        first = batch.column("key").is_null().to_pylist().index(True)
+        raise InvalidRecordError(f"topic '{topic}' has cleanup.policy={cleanup_policy}: every record needs a key "
+                                 f"(record {first} of the batch has none); nothing was appended")
+
+
+def consumer_next_offset(fetch_offset: int, end_offset_exclusive: int, spans: list) -> int | None:
+    """Where a consumer's next fetch starts after reading ``spans`` ((base offset, offset span) of each batch
+    sent, in order) from ``fetch_offset`` below ``end_offset_exclusive`` (its read bound).
+
+    A compacted batch keeps its offset span but not every row, and whole batches may be gone: the last row sent
+    + 1 can be inside a gap, where a reader would ask again for nothing. So the answer names the end of the last
+    batch's span, capped at the bound; with nothing sent though the fetch offset is below the bound (the read
+    found no batch there), the bound itself. None: nothing to say (the reader stays where it is)."""
+    if spans:
+        base_offset, offset_span = spans[-1]
+        return min(end_offset_exclusive, base_offset + offset_span)
+    return end_offset_exclusive if fetch_offset < end_offset_exclusive else None
+
+
+def _any_gap_skipped(responses) -> bool:
+    """A partition with nothing sent but a next offset past a gap: answered at once, so the reader moves on
+    instead of long-polling for records that were compacted away."""
+    return any(not batches and "next_offset" in meta for meta, batches in responses)
 
 
 def _or(value: Any, default: Any) -> Any:
@@ -79,6 +109,8 @@ class DataHandlers:
             authorization.authorize_call(getattr(self.broker, "security", None), call_context.current(), "produce", meta)
             # Checked above (types, ranges, names): read as they are, with the defaults of absent fields.
             topic, partition = meta["topic"], meta["partition"]
+            if is_internal(topic):  # only group coordinators append to __consumer_offsets (broker/group/)
+                raise InvalidTopicError(f"topic '{topic}' is internal: clients may not produce to it")
             acks = wire.parse_acks(_or(meta.get("acks"), "all"))
             timeout_ms = min(_or(meta.get("timeout_ms"), 30000), self.broker.config["request.timeout.ms.max"])
             producer = (_or(meta.get("producer_id"), -1), _or(meta.get("producer_epoch"), -1),
@@ -88,6 +120,7 @@ class DataHandlers:
             check_record_batch(batch, topic, partition)
             conformed = conform_produce_batch(batch)
             topic_config = self.broker.topic_config(topic)
+            check_keys_for_policy(conformed, topic, topic_config["cleanup.policy"])
             max_bytes = topic_config["max.message.bytes"]
             # message.timestamp.type=LogAppendTime: the broker's clock replaces the producer's timestamps,
             # and the answer carries that time (Kafka's ProduceResponse log_append_time_ms; -1 otherwise).
@@ -144,7 +177,8 @@ class DataHandlers:
                 responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes, client_rack,
                                                         replica_messages)
                 remaining_s = deadline - time.monotonic()
-                if total_bytes >= min_bytes or remaining_s <= 0 or self._any_error(responses):
+                if total_bytes >= min_bytes or remaining_s <= 0 or self._any_error(responses) \
+                        or _any_gap_skipped(responses):
                     if not total_bytes:
                         self.request_counts["fetch_empty"] += 1
                     return responses
@@ -203,7 +237,14 @@ class DataHandlers:
                     log_end_offset=state.log_end_offset, leader_epoch=state.leader_epoch)
         if state.role is not Role.LEADER:  # the bound check let a same-rack read through to this replica
             self.request_counts["fetch_follower_read"] += 1
-        return partition.read(spec["fetch_offset"], end, budget) if budget > 0 else []
+        if budget <= 0:
+            return []
+        batches = partition.read(spec["fetch_offset"], end, budget)
+        next_offset = consumer_next_offset(spec["fetch_offset"], end,
+                                           [(header.base_offset, header.record_count) for _, header in batches[-1:]])
+        if next_offset is not None:
+            meta["next_offset"] = next_offset
+        return batches
 
     def _read_for_follower(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
                            meta: dict, replica_messages: bool = False) -> list:
@@ -238,8 +279,18 @@ class DataHandlers:
         except AdsError:
             self.failed_counts["fetch"] += 1  # a failed fetch of the local read path
             raise
-        return {"error_code": 0, "host_id": host_identity(), "high_watermark": end,
-                "log_start_offset": partition.state.log_start_offset, "segments": describe_segments(located)}
+        segments = describe_segments(located)
+        answer = {"error_code": 0, "host_id": host_identity(), "high_watermark": end,
+                  "log_start_offset": partition.state.log_start_offset, "segments": segments}
+        # Read after locate: the log start only grows, so a fetch offset at or above it now was in range then,
+        # and an empty answer means nothing is stored in [fetch_offset, end) (a gap left by compaction).
+        in_range = spec["fetch_offset"] >= answer["log_start_offset"]
+        if segments or (not located and in_range):  # not when the files moved away between locate and stat
+            spans = [(base, count) for segment in segments for _, _, base, count in segment["batches"]]
+            next_offset = consumer_next_offset(spec["fetch_offset"], end, spans)
+            if next_offset is not None:
+                answer["next_offset"] = next_offset
+        return answer
 
     # ---- offset for leader epoch (KIP-320, a consumer's check of its position) ----------------
 
