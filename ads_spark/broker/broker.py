@@ -24,12 +24,16 @@ from ads_spark.broker.rpc.data_handlers import DataHandlers
 from ads_spark.broker.replica.fetcher import ReplicaFetcherManager
 from ads_spark.broker.replica.isr_writer import IsrWriter
 from ads_spark.broker.log import LeaderEpochFile, LogConfig, LogDirs
+from ads_spark.broker.log.config import LONG_MAX
+from ads_spark.broker.log.cleaner_manager import CleanerSettings, LogCleanerManager, retention_deletes
 from ads_spark.broker.metadata_cache import MetadataCache
 from ads_spark.broker.metrics import BrokerMetrics
 from ads_spark.broker.replica.partition import Partition
 from ads_spark.broker.replica.replica_manager import ReplicaManager
 from ads_spark.broker.rpc.server import BrokerFlightServer
 from ads_spark.broker.rpc.verify_handlers import VerifyHandlers
+from ads_spark.broker.group.coordinator import GroupCoordinator
+from ads_spark.broker.rpc.group_handlers import GroupHandlers
 from ads_spark.broker.rpc.security_handlers import SecurityHandlers
 from ads_spark.broker.security_state import BrokerSecurity
 from ads_spark.protocol import wire
@@ -49,6 +53,11 @@ def log_config_for(effective: dict[str, Any]) -> LogConfig:
         retention_ms=effective["retention.ms"], retention_bytes=effective["retention.bytes"],
         flush_interval_messages=effective["flush.messages"], flush_interval_ms=effective["flush.ms"],
         max_message_bytes=effective["max.message.bytes"],
+        cleanup_policy=effective.get("cleanup.policy", "delete"),
+        min_cleanable_dirty_ratio=float(effective.get("min.cleanable.dirty.ratio", 0.5)),
+        min_compaction_lag_ms=effective.get("min.compaction.lag.ms", 0),
+        max_compaction_lag_ms=effective.get("max.compaction.lag.ms", LONG_MAX),
+        delete_retention_ms=effective.get("delete.retention.ms", 86_400_000),
     )
 
 
@@ -75,8 +84,11 @@ class Broker:
     Its one thread, ``broker-periodic``, every ``PERIODIC_TICK_MS``: the ZooKeeper session
     check, ``ReplicaManager.tick_all`` (ISR lag, ISR write re-sends, produce deadlines; a
     failed tick sets ``fatal_error``), log flushes, the HW / recovery-point / producer-state
-    checkpoints, retention. ``ensure_partition`` opens a replica's log and builds its
-    ``Partition`` when the controller first names it.
+    checkpoints, retention (by time and size; none for ``cleanup.policy=compact``). The log cleaner
+    (``cleaner``, broker/log/cleaner_manager.py) has its own thread, from ``start`` to ``stop``; so has the
+    group coordinator (``group_coordinator``, broker/group/coordinator.py: the consumer groups of the
+    ``__consumer_offsets`` partitions this broker leads), whose actions ``groups`` serves.
+    ``ensure_partition`` opens a replica's log and builds its ``Partition`` when the controller first names it.
 
     Delegates: every replication decision to ``ads_spark.replication`` through each
     ``Partition``; leadership to the controller role (whichever broker holds it). ``start``
@@ -102,10 +114,16 @@ class Broker:
         # Security on: the logs become owner-only (0700 / 0600), so no other Unix user reads around the ACLs.
         self.logs = LogDirs.open(config.log_dir_paths(), log_config_for(self._effective({})), now_ms(),
                                  private=config.security_enabled)
+        # The log cleaner of compacted topics (broker/log/cleaner_manager.py): its thread runs from start to stop.
+        self.cleaner = LogCleanerManager(CleanerSettings.from_config(config), config.log_dir_paths(),
+                                         self.replica_manager.partitions)
         self.data = DataHandlers(self)
         self.control = ControlHandlers(self)
         self.admin = AdminHandlers(self)
         self.verify = VerifyHandlers(self)
+        # Consumer groups (broker/group/): the coordinator of the __consumer_offsets partitions this broker leads.
+        self.group_coordinator = GroupCoordinator(self)
+        self.groups = GroupHandlers(self)
         # Users, token secrets and the ACL cache (loaded from ZooKeeper by the membership's start; until then
         # every authorization is refused except for super users).
         self.security = BrokerSecurity(config)
@@ -137,6 +155,8 @@ class Broker:
         stay as recovered (not checkpointed or marked clean: the process is about to exit on the error)."""
         self._stopping.set()
         self.isr_writer.stop()
+        self.cleaner.stop()
+        self.group_coordinator.stop()
         for closing in (self.zk.stop if self.zk is not None else None, self._shutdown_server, self.metrics.close):
             if closing is None:
                 continue
@@ -181,6 +201,8 @@ class Broker:
             self.metrics.serve(self.config["metrics.port"])
             if self.zk is not None:
                 self._broker_epoch = self.zk.register()
+            self.cleaner.start()
+            self.group_coordinator.start()  # serves groups once it leads __consumer_offsets partitions
         except BaseException as exc:
             log.critical("broker %s cannot start: %s; no listener is left open", self.broker_id, exc)
             self._abort_start()
@@ -208,6 +230,8 @@ class Broker:
             except Exception:
                 log.warning("controlled shutdown did not complete; stopping anyway", exc_info=True)
         self._stopping.set()
+        self.group_coordinator.stop()  # unloads every group: waiting joins and syncs answered NOT_COORDINATOR
+        self.cleaner.stop()  # before the logs close; a clean in progress is abandoned (its swap is crash-safe)
         self.fetchers.shutdown()
         self.isr_writer.stop()
         if self.zk is not None:
@@ -253,6 +277,7 @@ class Broker:
             wire.ACTION_REPLICA_STATUS: self.verify.handle_replica_status,
             **self.admin.handlers(),
             **self.security_handlers.handlers(),
+            **self.groups.handlers(),
         }
 
     def handle_fetch(self, request: dict, replica_messages: bool = False) -> list:
@@ -361,6 +386,8 @@ class Broker:
 
     def _apply_retention(self, current_ms: int) -> None:
         for partition in self.replica_manager.partitions():
+            if not retention_deletes(partition.log.config.cleanup_policy):
+                continue  # cleanup.policy=compact: no time or size deletion (the cleaner keeps every key)
             try:
                 partition.apply_retention(current_ms)
             except Exception:

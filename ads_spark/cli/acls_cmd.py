@@ -3,8 +3,8 @@
 ``add`` builds one ACL per resource x principal x host x operation (ALLOW for ``--allow-principal`` with
 ``--allow-host``, DENY for ``--deny-principal`` with ``--deny-host``; hosts default to ``*``, operations to
 All). ``--producer`` is Write, Describe and Create on each topic and IdempotentWrite on the cluster;
-``--consumer`` is Read and Describe on each topic (Kafka's also grants Read on a consumer group: ADS has
-no groups yet, so ``--group`` is refused). ``remove`` with principals or operations removes exactly the
+``--consumer`` is Read and Describe on each topic and, with ``--group G``, Read on each group (as Kafka's).
+``--group`` names consumer groups (a group id, ``*``, or a prefix with ``--resource-pattern-type prefixed``). ``remove`` with principals or operations removes exactly the
 ACLs ``add`` would build; without them every ACL on the named resources. ``add`` and ``remove`` return
 once every live broker applied the change (bounded by the client's default.api.timeout.ms).
 """
@@ -20,6 +20,7 @@ from ads_spark.security.authorizer import CLUSTER_NAME, AclBinding
 
 PRODUCER_TOPIC_OPERATIONS = ("Write", "Describe", "Create")
 CONSUMER_TOPIC_OPERATIONS = ("Read", "Describe")
+CONSUMER_GROUP_OPERATIONS = ("Read",)
 
 
 def register(commands) -> None:
@@ -30,7 +31,8 @@ def register(commands) -> None:
         add_bootstrap(parser)
         parser.add_argument("--topic", action="append", default=[], help="a topic name, '*' or a prefix; repeatable")
         parser.add_argument("--cluster", action="store_true", help="the cluster resource")
-        parser.add_argument("--group", default=None, help="refused: ADS has no consumer groups yet")
+        parser.add_argument("--group", action="append", default=[], help="a consumer group id, '*' or a prefix; "
+                                                                          "repeatable")
         parser.add_argument("--resource-pattern-type", dest="pattern_type", default="literal",
                             choices=("literal", "prefixed", "any", "match"),
                             help="literal or prefixed (add); any and match also filter (remove, list)")
@@ -47,16 +49,14 @@ def register(commands) -> None:
                                      "AlterConfigs, IdempotentWrite or All (default All); repeatable")
             parser.add_argument("--producer", action="store_true", help="Write, Describe, Create on the topics and "
                                                                         "IdempotentWrite on the cluster")
-            parser.add_argument("--consumer", action="store_true", help="Read, Describe on the topics")
+            parser.add_argument("--consumer", action="store_true", help="Read, Describe on the topics (and Read on "
+                                                                        "the --group groups)")
         parser.set_defaults(func=func)
 
 
 def _resources(args) -> list[tuple[str, str]]:
     """(resource type, name) pairs the flags name."""
-    if args.group is not None:
-        raise InvalidRequestError("--group: ADS has no consumer groups yet, so there are no Group ACLs; "
-                                  "--consumer grants Read and Describe on the topics alone")
-    resources = [("Topic", topic) for topic in args.topic]
+    resources = [("Topic", topic) for topic in args.topic] + [("Group", group) for group in args.group]
     if args.cluster:
         resources.append(("Cluster", CLUSTER_NAME))
     return resources
@@ -76,7 +76,7 @@ def _entries(args) -> list[tuple[str, str, str]]:
 
 def _bindings(args) -> list[dict[str, str]]:
     """Every ACL the add/remove flags describe (resource x entry x operation)."""
-    resources = _resources(args)  # refuses --group
+    resources = _resources(args)
     if args.pattern_type not in ("literal", "prefixed"):
         raise InvalidRequestError(f"--resource-pattern-type {args.pattern_type} filters; ACLs are literal or prefixed")
     entries = _entries(args)
@@ -93,9 +93,13 @@ def _bindings(args) -> list[dict[str, str]]:
         per_resource = [("Topic", topic, tuple(dict.fromkeys(operations))) for topic in args.topic]
         if args.producer:
             per_resource.append(("Cluster", CLUSTER_NAME, ("IdempotentWrite",)))
+        if args.consumer:
+            per_resource.extend(("Group", group, CONSUMER_GROUP_OPERATIONS) for group in args.group)
+        elif args.group:
+            raise InvalidRequestError("--group with --producer alone grants nothing; use --consumer or --operation")
     else:
         if not resources:
-            raise InvalidRequestError("name a resource: --topic or --cluster")
+            raise InvalidRequestError("name a resource: --topic, --group or --cluster")
         per_resource = [(kind, name, tuple(args.operations or ["All"])) for kind, name in resources]
     pattern = "LITERAL" if args.pattern_type == "literal" else "PREFIXED"
     return [{"resource_type": kind, "resource_name": name, "pattern_type": pattern, "principal": principal,
@@ -140,7 +144,7 @@ def remove_acls(args) -> int:
     else:
         resources = _resources(args)
         if not resources:
-            raise InvalidRequestError("name a resource: --topic or --cluster")
+            raise InvalidRequestError("name a resource: --topic, --group or --cluster")
         filters = [{"resource_type": kind, "resource_name": name, "pattern_type": args.pattern_type}
                    for kind, name in resources]
     removed = admin_call(args, lambda admin: admin.delete_acls(filters))

@@ -41,9 +41,11 @@ WILDCARD_PRINCIPAL = "User:*"
 ANONYMOUS = "User:ANONYMOUS"  # Kafka's principal for an unauthenticated caller
 PRINCIPAL_NAME_CHARS_MAX = 1024  # room for a certificate DN, not for a megabyte
 HOST_CHARS_MAX = 255
+GROUP_ID_CHARS_MAX = 255  # Kafka does not bound a group id; ADS does (protocol/request_schemas.GROUP_ID)
 # Control characters and ";" (the super.users separator) cannot be in an ACL's principal name.
 _BAD_PRINCIPAL_CHARS = re.compile(r"[\x00-\x1f\x7f;]")
 _BAD_HOST_CHARS = re.compile(r"[\x00-\x20\x7f,;*]")
+_BAD_GROUP_ACL_CHARS = re.compile("[/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
 def _parse_enum(enum_cls, value: Any, field: str, error=InvalidRequestError):
@@ -72,6 +74,7 @@ class _ParsedEnum(Enum):
 class ResourceType(_ParsedEnum):
     TOPIC = "Topic"
     CLUSTER = "Cluster"
+    GROUP = "Group"  # a consumer group (issue #24): its id is the resource name
 
 
 class PatternType(_ParsedEnum):
@@ -112,6 +115,7 @@ VALID_OPERATIONS: dict[ResourceType, frozenset[Operation]] = {
     ResourceType.CLUSTER: frozenset({Operation.CREATE, Operation.ALTER, Operation.DESCRIBE,
                                      Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
                                      Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALL}),
+    ResourceType.GROUP: frozenset({Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.ALL}),
 }
 
 
@@ -154,6 +158,13 @@ def _validate_resource_name(resource_type: ResourceType, pattern_type: PatternTy
         if pattern_type is PatternType.PREFIXED:
             raise InvalidRequestError("pattern_type: PREFIXED '*' is not a pattern; use LITERAL '*' for every topic")
         return name
+    if resource_type is ResourceType.GROUP:
+        # The name becomes a znode name (broker/zk/security_store.py): no '/' and nothing ZooKeeper refuses in
+        # one. A group whose id has such characters is covered by a PREFIXED or '*' ACL.
+        if len(name) > GROUP_ID_CHARS_MAX or _BAD_GROUP_ACL_CHARS.search(name):
+            raise InvalidRequestError(f"resource_name: {shown(name)} cannot name groups in an ACL (1-"
+                                      f"{GROUP_ID_CHARS_MAX} characters, no '/' or control characters)")
+        return name
     if TOPIC_NAME_RE.match(name) is None or (pattern_type is PatternType.LITERAL and name in (".", "..")):
         raise InvalidRequestError(f"resource_name: {shown(name)} can match no topic name "
                                   f"(1-249 characters from [a-zA-Z0-9._-])")
@@ -174,6 +185,10 @@ class Resource:
     @classmethod
     def cluster(cls) -> Resource:
         return cls(ResourceType.CLUSTER, CLUSTER_NAME)
+
+    @classmethod
+    def group(cls, group_id: str) -> Resource:
+        return cls(ResourceType.GROUP, group_id)
 
     def __str__(self) -> str:
         return f"{self.type.value}:{self.name}"

@@ -20,7 +20,7 @@ class Requirement(NamedTuple):
     resource_type: ResourceType
 
 
-_TOPIC, _CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
+_TOPIC, _CLUSTER, _GROUP = ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.GROUP
 # A fetch with replica_id >= 0 or replica messages (a follower's): Kafka's ClusterAction, which
 # closed CVE-2018-1288 (a consumer posing as a follower moved the ISR and high watermark).
 FOLLOWER_FETCH = "follower_fetch"
@@ -62,6 +62,26 @@ REQUIRED: dict[str, Requirement] = {
     # user administration (`ads users`): credentials are cluster-wide, as Kafka's AlterUserScramCredentials
     "alter_user_credentials": Requirement(Operation.ALTER, _CLUSTER),
     "describe_users": Requirement(Operation.DESCRIBE, _CLUSTER),
+    # consumer groups (Kafka's table): the Group requirement here; the topic checks of offset_commit,
+    # offset_fetch and offset_delete are GROUP_TOPIC_REQUIRED, and list_groups is answered per group
+    "find_coordinator": Requirement(Operation.DESCRIBE, _GROUP),
+    "join_group": Requirement(Operation.READ, _GROUP),
+    "sync_group": Requirement(Operation.READ, _GROUP),
+    "heartbeat": Requirement(Operation.READ, _GROUP),
+    "leave_group": Requirement(Operation.READ, _GROUP),
+    "offset_commit": Requirement(Operation.READ, _GROUP),
+    "offset_fetch": Requirement(Operation.DESCRIBE, _GROUP),
+    "list_groups": Requirement(Operation.DESCRIBE, _GROUP),  # leaves out the groups it may not Describe
+    "describe_groups": Requirement(Operation.DESCRIBE, _GROUP),
+    "delete_groups": Requirement(Operation.DELETE, _GROUP),
+    "offset_delete": Requirement(Operation.DELETE, _GROUP),
+}
+
+# Group calls that also need an operation on each topic they name (Kafka: OffsetCommit needs Topic Read,
+# OffsetDelete Topic Read; OffsetFetch's topics the caller may not Describe are refused per partition).
+GROUP_TOPIC_REQUIRED: dict[str, Operation] = {
+    "offset_commit": Operation.READ,
+    "offset_delete": Operation.READ,
 }
 
 # A second grant that also suffices (Kafka: CreateTopics is allowed by Create on the Cluster).

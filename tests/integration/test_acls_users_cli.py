@@ -176,9 +176,16 @@ def test_acls_add_list_remove_reach_every_broker(authorizing_cluster):
     assert "3 ACLs removed" in removed.stdout
     for answer in _per_broker(authorizing_cluster).values():
         assert not [a for a in answer["acls"] if a["resource_name"] == topic]
-    refused = ads(authorizing_cluster, "acls", "add", "--allow-principal", "User:alice", "--topic", topic,
-                  "--consumer", "--group", "g")
-    assert refused.returncode == 1 and "no consumer groups" in refused.stderr
+    group = f"g-{topic}"  # --consumer --group: Read and Describe on the topic, Read on the group (Kafka's)
+    consumer = ads(authorizing_cluster, "acls", "add", "--allow-principal", "User:alice", "--topic", topic,
+                   "--consumer", "--group", group)
+    assert consumer.returncode == 0, consumer.stderr
+    for answer in _per_broker(authorizing_cluster).values():
+        mine = {(a["resource_type"], a["resource_name"], a["operation"]) for a in answer["acls"]
+                if a["principal"] == "User:alice" and a["resource_type"] != "Cluster"}
+        assert mine == {("Topic", topic, "Read"), ("Topic", topic, "Describe"), ("Group", group, "Read")}
+    text = ads(authorizing_cluster, "acls", "list", "--group", group)
+    assert f"ResourcePattern(resourceType=GROUP, name={group}, patternType=LITERAL)" in text.stdout
 
 
 def test_users_add_list_delete_never_print_the_password(authorizing_cluster, tmp_path):

@@ -158,7 +158,11 @@ def test_reason_names_the_deciding_acl_or_why():
     ({"operation": "Any"}, InvalidRequestError, "operation"),
     ({"pattern_type": "MATCH"}, InvalidRequestError, "pattern_type"),
     ({"pattern_type": "regex"}, InvalidRequestError, "pattern_type"),
-    ({"resource_type": "Group"}, InvalidRequestError, "resource_type"),
+    ({"resource_type": "TransactionalId"}, InvalidRequestError, "resource_type"),
+    # Group (issue #24): Read, Describe, Delete; its name becomes a znode name (no '/')
+    ({"resource_type": "Group", "operation": "Write"}, InvalidRequestError, "operation"),
+    ({"resource_type": "Group", "resource_name": "a/b"}, InvalidRequestError, "resource_name"),
+    ({"resource_type": "Group", "resource_name": "g" * 256}, InvalidRequestError, "resource_name"),
     ({"principal": "alice"}, InvalidRequestError, "principal"),
     ({"principal": "Group:alice"}, InvalidRequestError, "principal"),
     ({"principal": "User:"}, InvalidRequestError, "principal"),

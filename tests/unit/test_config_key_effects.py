@@ -203,3 +203,107 @@ def test_a_create_topic_that_leaves_out_counts_gets_the_broker_defaults():
     _, partitions, replication_factor, *_ = handlers._plan_topic({"topic": "t", "partitions": 2,
                                                                   "replication_factor": None})
     assert (partitions, replication_factor) == (2, 3)
+
+
+# ---- log compaction keys (issue #24) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given, stored", [("delete", "delete"), ("compact", "compact"),
+                                           ("compact,delete", "compact,delete"), ("delete,compact", "compact,delete")])
+def test_cleanup_policy_is_delete_compact_or_both(given, stored):
+    from ads_spark.config import validate_topic_config
+
+    assert validate_topic_config({"cleanup.policy": given}, 3) == {"cleanup.policy": stored}
+    assert BrokerConfig({**BASE, "log.cleanup.policy": given}).topic_defaults()["cleanup.policy"] == stored
+
+
+@pytest.mark.parametrize("value", ["", "compacted", "compact,compact", "delete,", "COMPACT", "compact;delete"])
+def test_any_other_cleanup_policy_is_refused_naming_the_key(value):
+    from ads_spark.config import validate_topic_config
+
+    with pytest.raises(InvalidConfigError, match="'cleanup.policy'"):
+        validate_topic_config({"cleanup.policy": value}, 3)
+    with pytest.raises(InvalidConfigError, match="'log.cleanup.policy'"):
+        BrokerConfig({**BASE, "log.cleanup.policy": value})
+
+
+def test_compaction_topic_keys_fall_back_to_the_broker_keys_and_reach_the_log_config():
+    from ads_spark.broker.broker import log_config_for
+    from ads_spark.config import effective_topic_config
+
+    config = BrokerConfig({**BASE, "log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": "0.25",
+                           "log.cleaner.min.compaction.lag.ms": "1000", "log.cleaner.max.compaction.lag.ms": "60000",
+                           "log.cleaner.delete.retention.ms": "5000"})
+    inherited = log_config_for(effective_topic_config(config.topic_defaults(), {}))
+    assert (inherited.cleanup_policy, inherited.min_cleanable_dirty_ratio, inherited.min_compaction_lag_ms,
+            inherited.max_compaction_lag_ms, inherited.delete_retention_ms) == ("compact", 0.25, 1000, 60000, 5000)
+    overridden = log_config_for(effective_topic_config(config.topic_defaults(), {
+        "cleanup.policy": "delete,compact", "min.cleanable.dirty.ratio": "0.9", "min.compaction.lag.ms": "0",
+        "max.compaction.lag.ms": "100", "delete.retention.ms": "0"}))
+    assert (overridden.cleanup_policy, overridden.min_cleanable_dirty_ratio, overridden.min_compaction_lag_ms,
+            overridden.max_compaction_lag_ms, overridden.delete_retention_ms) == ("compact,delete", 0.9, 0, 100, 0)
+    default = log_config_for(effective_topic_config(BrokerConfig(BASE).topic_defaults(), {}))
+    assert (default.cleanup_policy, default.min_cleanable_dirty_ratio, default.delete_retention_ms) == (
+        "delete", 0.5, 86_400_000)
+
+
+@pytest.mark.parametrize("key, value", [("min.cleanable.dirty.ratio", "1.5"), ("min.cleanable.dirty.ratio", "-0.1"),
+                                        ("min.cleanable.dirty.ratio", "nan"), ("min.cleanable.dirty.ratio", "half"),
+                                        ("min.compaction.lag.ms", "-1"), ("max.compaction.lag.ms", "0"),
+                                        ("delete.retention.ms", "-1")])
+def test_a_compaction_topic_value_out_of_range_is_refused_naming_the_key(key, value):
+    from ads_spark.config import validate_topic_config
+
+    with pytest.raises(InvalidConfigError, match=f"'{key}'"):
+        validate_topic_config({key: value}, 3)
+
+
+def test_the_cleaner_broker_keys_set_its_bounds():
+    from ads_spark.broker.log.cleaner_manager import KEY_MAP_BYTES_PER_ENTRY, CleanerSettings
+
+    settings = CleanerSettings.from_config(BrokerConfig({
+        **BASE, "log.cleaner.enable": "false", "log.cleaner.threads": "1",
+        "log.cleaner.io.max.bytes.per.second": "1.5e6", "log.cleaner.dedupe.buffer.size": "1048576",
+        "log.cleaner.backoff.ms": "250"}))
+    assert settings == CleanerSettings(enabled=False, io_max_bytes_per_second=1.5e6,
+                                       key_map_entries_max=1048576 // KEY_MAP_BYTES_PER_ENTRY, backoff_ms=250)
+    default = CleanerSettings.from_config(BrokerConfig(BASE))
+    assert default.enabled and default.key_map_entries_max == 134_217_728 // KEY_MAP_BYTES_PER_ENTRY
+    with pytest.raises(InvalidConfigError, match="'log.cleaner.threads': one cleaner thread per broker"):
+        BrokerConfig({**BASE, "log.cleaner.threads": "2"})
+    for key, value in (("log.cleaner.io.max.bytes.per.second", "0"), ("log.cleaner.io.max.bytes.per.second", "inf"),
+                       ("log.cleaner.dedupe.buffer.size", "100"), ("log.cleaner.backoff.ms", "0")):
+        with pytest.raises(InvalidConfigError, match=f"'{key}'"):
+            BrokerConfig({**BASE, key: value})
+
+
+# ---- the group coordinator's keys (issue #24, config_groups.GROUP_BROKER_KEYS) ------------------------------
+
+
+def test_the_group_coordinator_broker_keys_set_its_bounds():
+    from ads_spark.broker.group.coordinator import group_config, retention_ms
+    from ads_spark.broker.group.offsets_topic import offsets_topic_config
+
+    config = BrokerConfig({**BASE, "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "7",
+                           "offsets.topic.segment.bytes": "65536", "group.min.session.timeout.ms": "500",
+                           "group.max.session.timeout.ms": "9000", "group.initial.rebalance.delay.ms": "0",
+                           "group.max.size": "4", "offsets.retention.minutes": "2"})
+    # __consumer_offsets: RF min(configured, live brokers), min ISR min(2, RF), compacted, its segment size.
+    assert offsets_topic_config(config, 5) == (7, 3, {"cleanup.policy": "compact", "min.insync.replicas": "2",
+                                                      "segment.bytes": "65536"})
+    assert offsets_topic_config(config, 1)[1:] == (1, {"cleanup.policy": "compact", "min.insync.replicas": "1",
+                                                       "segment.bytes": "65536"})
+    bounds = group_config(config)
+    assert (bounds.min_session_timeout_ms, bounds.max_session_timeout_ms, bounds.initial_rebalance_delay_ms,
+            bounds.max_size) == (500, 9000, 0, 4)
+    assert retention_ms(config) == 120_000
+    assert retention_ms(BrokerConfig({**BASE, "offsets.retention.ms": "1500"})) == 1500  # ADS's finer key wins
+    assert retention_ms(BrokerConfig(BASE)) == 10080 * 60_000
+    with pytest.raises(InvalidConfigError, match="'group.min.session.timeout.ms'"):
+        group_config(BrokerConfig({**BASE, "group.min.session.timeout.ms": "10000",
+                                   "group.max.session.timeout.ms": "9000"}))
+    for key, value in (("group.max.size", "0"), ("group.max.size", "10001"), ("offsets.topic.num.partitions", "0"),
+                       ("offsets.topic.replication.factor", "0"), ("offsets.commit.timeout.ms", "0"),
+                       ("offset.metadata.max.bytes", "-1"), ("offsets.retention.check.interval.ms", "0")):
+        with pytest.raises(InvalidConfigError, match=f"'{key}'"):
+            BrokerConfig({**BASE, key: value})

@@ -157,6 +157,32 @@ EVIDENCE = {
     ("topic", "message.timestamp.type"): (
         "test", "integration/test_config_effects.py",
         "test_unset_counts_advertised_address_log_dirs_and_log_append_time"),
+    # Log compaction (issue #24): the topic keys reach LogConfig (broker.log_config_for), whose fields the cleaner
+    # (broker/log/cleaner_manager.py, cleaner.py) and retention read; the broker keys set the cleaner's bounds.
+    ("topic", "cleanup.policy"): ("test", "unit/test_config_key_effects.py", "test_cleanup_policy_is_delete_compact_or_both"),
+    **{("topic", key): ("test", "unit/test_config_key_effects.py",
+                        "test_compaction_topic_keys_fall_back_to_the_broker_keys_and_reach_the_log_config")
+       for key in ("min.cleanable.dirty.ratio", "min.compaction.lag.ms", "max.compaction.lag.ms", "delete.retention.ms")},
+    ("broker", "log.cleanup.policy"): ("default of topic key", "cleanup.policy"),
+    ("broker", "log.cleaner.min.cleanable.ratio"): ("default of topic key", "min.cleanable.dirty.ratio"),
+    ("broker", "log.cleaner.min.compaction.lag.ms"): ("default of topic key", "min.compaction.lag.ms"),
+    ("broker", "log.cleaner.max.compaction.lag.ms"): ("default of topic key", "max.compaction.lag.ms"),
+    ("broker", "log.cleaner.delete.retention.ms"): ("default of topic key", "delete.retention.ms"),
+    **{("broker", key): ("test", "unit/test_config_key_effects.py", "test_the_cleaner_broker_keys_set_its_bounds")
+       for key in ("log.cleaner.enable", "log.cleaner.threads", "log.cleaner.io.max.bytes.per.second",
+                   "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms")},
+    # The group coordinator (issue #24): bounds checked in a unit test, the rest read where they act.
+    **{("broker", key): ("test", "unit/test_config_key_effects.py", "test_the_group_coordinator_broker_keys_set_its_bounds")
+       for key in ("offsets.topic.replication.factor", "offsets.topic.num.partitions", "offsets.topic.segment.bytes",
+                   "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
+                   "group.max.size", "offsets.retention.minutes")},
+    ("broker", "offsets.retention.ms"): ("test", "integration/test_group_coordinator_retention.py",
+                                         "test_offsets_retention_expires_an_empty_groups_offsets"),
+    ("broker", "offsets.retention.check.interval.ms"): ("test", "integration/test_group_coordinator_retention.py",
+                                                        "test_offsets_retention_expires_an_empty_groups_offsets"),
+    ("broker", "offsets.commit.timeout.ms"): ("read in", "ads_spark/broker/group/coordinator.py"),
+    ("broker", "offset.metadata.max.bytes"): ("test", "integration/test_group_coordinator.py",
+                                              "test_commit_and_fetch_round_trip_metadata_and_leader_epoch"),
     ("producer", "bootstrap.servers"):
         ("test", "integration/test_acks_zero.py", "test_acks_zero_completes_while_the_broker_is_paused"),
     ("producer", "request.timeout.ms"):
@@ -229,6 +255,23 @@ EVIDENCE = {
     ("consumer", "auto.offset.reset"): ("read in", "ads_spark/client/consumer.py"),
     ("consumer", "local.reads"):
         ("test", "integration/test_consumer_local_reads.py", "test_local_reads_equal_network_reads"),
+    # Consumer groups (issue #24): client/groups/settings.py parses them, client/groups/membership.py acts.
+    ("consumer", "group.id"): ("test", "integration/test_group_consumer.py",
+                               "test_three_members_one_killed_the_others_take_over_from_the_committed_offsets"),
+    ("consumer", "group.instance.id"): ("test", "unit/test_consumer_group_member.py",
+                                        "test_a_static_member_names_its_instance_and_does_not_leave_on_close"),
+    ("consumer", "enable.auto.commit"): ("test", "unit/test_consumer_group_member.py",
+                                         "test_auto_commit_interval_paces_commits_in_poll_and_disabled_auto_commit_never_commits"),
+    ("consumer", "auto.commit.interval.ms"): ("test", "unit/test_consumer_group_member.py",
+                                              "test_auto_commit_interval_paces_commits_in_poll_and_disabled_auto_commit_never_commits"),
+    ("consumer", "session.timeout.ms"): ("test", "unit/test_consumer_group_member.py",
+                                         "test_a_member_joins_with_the_id_the_coordinator_gives_leads_and_starts_at_committed_offsets"),
+    ("consumer", "heartbeat.interval.ms"): ("test", "unit/test_consumer_group_member.py",
+                                            "test_a_heartbeat_answered_rebalance_in_progress_makes_the_next_poll_rejoin_and_eager_revokes_first"),
+    ("consumer", "max.poll.interval.ms"): ("test", "unit/test_consumer_group_member.py",
+                                           "test_a_member_that_does_not_poll_within_max_poll_interval_leaves_and_rejoins_on_its_next_poll"),
+    ("consumer", "partition.assignment.strategy"): ("test", "unit/test_consumer_group_member.py",
+                                                    "test_cooperative_sticky_revokes_a_moving_partition_first_and_gives_it_in_a_follow_up_rebalance"),
     # Client security keys (issue #23), the same in both tables (parsed by security/client_security.py).
     **{(table, key): evidence for table in ("producer", "consumer") for key, evidence in {
         "security.protocol":

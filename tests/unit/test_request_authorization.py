@@ -20,16 +20,20 @@ from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.broker.rpc.admin_handlers import AdminHandlers
 from ads_spark.broker.rpc.call_context import CallContext
 from ads_spark.broker.rpc.server import BrokerFlightServer
-from ads_spark.errors import ClusterAuthorizationFailedError, ErrorCode, TopicAuthorizationFailedError
+from ads_spark.errors import (
+    ClusterAuthorizationFailedError, ErrorCode, GroupAuthorizationFailedError, TopicAuthorizationFailedError,
+)
 from ads_spark.protocol import request_schemas, wire
 from ads_spark.security import authorizer
 from ads_spark.security.authorizer import AclBinding, Acls, Operation, ResourceType
 from ads_spark.security.request_acls import (
-    ALTERNATIVES, FOLLOWER_FETCH, NO_ACL_NEEDED, REQUIRED, fetch_requirement_name,
+    ALTERNATIVES, FOLLOWER_FETCH, GROUP_TOPIC_REQUIRED, NO_ACL_NEEDED, REQUIRED, fetch_requirement_name,
 )
 
 BOB = CallContext("User:bob", "10.1.2.3", "EXTERNAL", "SASL_PLAINTEXT")
 TOPIC = "payments"
+GROUP = "billing"
+REFUSALS = (TopicAuthorizationFailedError, ClusterAuthorizationFailedError, GroupAuthorizationFailedError)
 CALL_TIMEOUT_S = 10
 
 
@@ -48,11 +52,16 @@ def allow(operation: Operation, resource_type: ResourceType, name: str = TOPIC, 
           permission: str = "Allow") -> AclBinding:
     if resource_type is ResourceType.CLUSTER:
         name = authorizer.CLUSTER_NAME
+    elif resource_type is ResourceType.GROUP:
+        name = GROUP
     return AclBinding(resource_type, name, "LITERAL", principal, "*", operation, permission)
 
 
 def body_for(name: str, topics=(TOPIC,)) -> dict:
-    """A body naming ``topics`` the way request ``name`` names them (authorization.TOPICS_OF)."""
+    """A body naming ``topics`` the way request ``name`` names them (authorization.TOPICS_OF), and GROUP the way
+    a group request names its group (authorization.GROUPS_OF)."""
+    if name in authorization.GROUPS_OF:
+        return {"key": GROUP, "group_id": GROUP, "partitions": [{"topic": topic, "partition": 0} for topic in topics]}
     extractor = authorization.TOPICS_OF.get(name)
     if extractor is authorization._partition_topics:
         return {"partitions": [{"topic": topic, "partition": 0} for topic in topics]}
@@ -79,26 +88,33 @@ def granted_by_other_acl(name: str, operation: Operation, resource_type: Resourc
         operation in authorizer.granting_operations(Operation.WRITE))
 
 
-CHECKED_BEFORE_THE_HANDLER = sorted(name for name in REQUIRED if name != "metadata")
+CHECKED_BEFORE_THE_HANDLER = sorted(name for name in REQUIRED
+                                    if name != "metadata" and name not in authorization.PER_GROUP_ANSWERED)
 
 
 @pytest.mark.parametrize("name", CHECKED_BEFORE_THE_HANDLER)
 def test_every_call_is_refused_without_its_acl_allowed_with_it_and_refused_with_any_other(name):
     needed = REQUIRED[name]
-    refusal = TopicAuthorizationFailedError if needed.resource_type is ResourceType.TOPIC \
-        else ClusterAuthorizationFailedError
+    refusal = {ResourceType.TOPIC: TopicAuthorizationFailedError, ResourceType.GROUP: GroupAuthorizationFailedError
+               }.get(needed.resource_type, ClusterAuthorizationFailedError)
     topics = lambda: [TOPIC]  # noqa: E731
     with pytest.raises(refusal):
         authorization.authorize_call(FakeSecurity(), BOB, name, body_for(name), topics)
-    authorization.authorize_call(FakeSecurity(allow(needed.operation, needed.resource_type)), BOB, name,
+    # offset_commit / offset_delete also need an operation on each topic (Kafka's table).
+    also = [allow(GROUP_TOPIC_REQUIRED[name], ResourceType.TOPIC)] if name in GROUP_TOPIC_REQUIRED else []
+    authorization.authorize_call(FakeSecurity(allow(needed.operation, needed.resource_type), *also), BOB, name,
                                  body_for(name), topics)
+    if also:
+        with pytest.raises(TopicAuthorizationFailedError):
+            authorization.authorize_call(FakeSecurity(allow(needed.operation, needed.resource_type)), BOB, name,
+                                         body_for(name), topics)
     for resource_type, operations in authorizer.VALID_OPERATIONS.items():
         for operation in operations:
             security = FakeSecurity(allow(operation, resource_type))
-            if granted_by_other_acl(name, operation, resource_type):
+            if granted_by_other_acl(name, operation, resource_type) and not also:
                 authorization.authorize_call(security, BOB, name, body_for(name), topics)
                 continue
-            with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
+            with pytest.raises(REFUSALS):
                 authorization.authorize_call(security, BOB, name, body_for(name), topics)
 
 
@@ -171,13 +187,15 @@ class AnyHandlers:
 def test_every_call_the_server_can_dispatch_has_an_entry_there_is_no_default_allow():
     from ads_spark.broker.broker import Broker
     stand_in = SimpleNamespace(data=AnyHandlers(), control=AnyHandlers(), verify=AnyHandlers(),
-                               security_handlers=AnyHandlers(), admin=AdminHandlers(None))
+                               security_handlers=AnyHandlers(), admin=AdminHandlers(None), groups=AnyHandlers())
     dispatched = set(Broker.action_handlers(stand_in)) | set(request_schemas.ACTION_SCHEMAS)
     dispatched |= {wire.FETCH, wire.FETCH_SESSION, wire.PRODUCE, FOLLOWER_FETCH}
     missing = sorted(dispatched - set(REQUIRED) - NO_ACL_NEEDED)
     assert missing == [], f"calls without a permission in security/request_acls.REQUIRED: {missing}"
     topic_calls = {name for name, needed in REQUIRED.items() if needed.resource_type is ResourceType.TOPIC}
     assert topic_calls <= set(authorization.TOPICS_OF), "a TOPIC call whose topics authorization cannot read"
+    group_calls = {name for name, needed in REQUIRED.items() if needed.resource_type is ResourceType.GROUP}
+    assert group_calls == set(authorization.GROUPS_OF) | authorization.PER_GROUP_ANSWERED
 
 
 def test_all_topics_metadata_leaves_out_what_the_caller_may_not_describe():

@@ -8,6 +8,7 @@ message names that leaf's path.
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -164,6 +165,10 @@ def _valid(kind: rs.Kind) -> st.SearchStrategy:
         return st.booleans()
     if isinstance(kind, rs.TopicName):
         return st.from_regex(r"\A[a-z0-9._-]{1,12}\Z").filter(lambda name: name not in (".", ".."))
+    if isinstance(kind, rs.GroupId):
+        return st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=12)
+    if isinstance(kind, rs.Base64Text):
+        return st.binary(max_size=12).map(lambda data: base64.b64encode(data).decode())
     if isinstance(kind, rs.Text):
         if kind.choices is not None:
             return st.sampled_from(kind.choices)

@@ -227,7 +227,7 @@ def test_change_sequence_reads_only_change_znodes():
 # ---- `ads acls` flags -----------------------------------------------------------------------------------
 
 def acl_args(**given) -> argparse.Namespace:
-    values = {"topic": [], "cluster": False, "group": None, "pattern_type": "literal", "allow_principals": [],
+    values = {"topic": [], "cluster": False, "group": [], "pattern_type": "literal", "allow_principals": [],
               "deny_principals": [], "allow_hosts": [], "deny_hosts": [], "operations": [], "producer": False,
               "consumer": False}
     values.update(given)
@@ -242,12 +242,18 @@ def test_producer_and_consumer_flags_expand_to_kafkas_operations():
                                            pattern_type="prefixed"))
     assert {(b["operation"], b["pattern_type"], b["host"]) for b in consumed} == {
         ("Read", "PREFIXED", "*"), ("Describe", "PREFIXED", "*")}
-    for binding in produced + consumed:
+    # --consumer --group: Read on each group too (Kafka's kafka-acls --consumer --group)
+    grouped = acls_cmd._bindings(acl_args(topic=["t"], group=["g1", "g2"], allow_principals=["User:c"], consumer=True))
+    assert {(b["resource_type"], b["resource_name"], b["operation"]) for b in grouped} == {
+        ("Topic", "t", "Read"), ("Topic", "t", "Describe"), ("Group", "g1", "Read"), ("Group", "g2", "Read")}
+    explicit = acls_cmd._bindings(acl_args(group=["g"], allow_principals=["User:c"], operations=["Describe"]))
+    assert [(b["resource_type"], b["operation"]) for b in explicit] == [("Group", "Describe")]
+    for binding in produced + consumed + grouped + explicit:
         AclBinding.from_dict(binding)
 
 
 def test_acl_flags_refuse_what_cannot_mean_anything():
-    for args, problem in ((acl_args(topic=["t"], allow_principals=["User:c"], consumer=True, group="g"), "--group"),
+    for args, problem in ((acl_args(topic=["t"], allow_principals=["User:c"], producer=True, group=["g"]), "--group"),
                           (acl_args(topic=["t"]), "principal"),
                           (acl_args(allow_principals=["User:a"]), "resource"),
                           (acl_args(topic=["t"], allow_hosts=["1.2.3.4"]), "--allow-principal"),

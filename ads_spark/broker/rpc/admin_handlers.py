@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ads_spark.broker.rpc import authorization, call_context
+from ads_spark.broker.group.offsets_topic import is_internal
 from ads_spark.protocol import wire
 from ads_spark.protocol.names import validate_topic_name
 from ads_spark.replication import reassignment
@@ -140,6 +141,8 @@ class AdminHandlers:
         result = self.broker.metadata.to_json(call_context.current().listener_name or inter_broker, inter_broker)
         topics = self.broker.metadata.describe(names)
         for topic in topics:
+            if is_internal(topic["topic"]):
+                topic["is_internal"] = True  # __consumer_offsets (Kafka's flag; clients leave it out of patterns)
             if not body.get("include_config"):
                 topic.pop("config", None)
             elif "config" in topic:
