@@ -1,4 +1,4 @@
-"""The admin client: topics, configs, offsets and leadership, as Kafka's AdminClient offers them.
+"""The admin client: topics, configs, offsets, leadership and consumer groups, as Kafka's AdminClient offers them.
 
 Admin requests go to any broker (topic creation and configs are written to
 ZooKeeper by the broker that receives them; the controller reacts). Calls that
@@ -16,6 +16,7 @@ from ads_spark.config import ADMIN_KEYS, check_client_keys, parse_int
 from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, PartitionMetadata, backoff_sleep
 from ads_spark.client.consumer import API_TIMEOUT_MS_DEFAULT, Consumer, TopicPartition
+from ads_spark.client.admin_groups import GroupAdmin, GroupDescription, GroupListing, OffsetAndMetadata
 from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_for
 from ads_spark.security.authorizer import AclBinding, AclBindingFilter
 from ads_spark.security.credentials import Secret
@@ -61,6 +62,7 @@ class Admin:
         self._owns_connections = connections is None
         self.api_timeout_ms = parse_int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT),
                                         name="default.api.timeout.ms", min_value=0)
+        self._groups = GroupAdmin(self._connections, self.api_timeout_ms)
 
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
                      config: dict[str, str] | None = None, replica_assignment: list[list[int]] | None = None,
@@ -211,6 +213,31 @@ class Admin:
         response = self._read(wire.ACTION_DESCRIBE_USERS, {})
         self._check(response)
         return list(response.get("users", []))
+
+    # ---- consumer groups (issue #24; admin_groups.py) ----------------------------------------------
+
+    def list_consumer_groups(self, states: list[str] | None = None) -> list[GroupListing]:
+        """Every group a live broker coordinates (each broker is asked for its own), sorted by id."""
+        return self._groups.list_consumer_groups(states)
+
+    def describe_consumer_groups(self, group_ids: list[str]) -> dict[str, GroupDescription]:
+        """State, protocol and members (assignments decoded for consumer groups) of each group."""
+        return self._groups.describe_consumer_groups(group_ids)
+
+    def list_consumer_group_offsets(self, group_id: str, partitions: list[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._groups.list_consumer_group_offsets(group_id, partitions)
+
+    def alter_consumer_group_offsets(self, group_id: str,
+                                     offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
+        """A standalone commit (no member): refused while the group has members, as in Kafka."""
+        self._groups.alter_consumer_group_offsets(group_id, offsets)
+
+    def delete_consumer_groups(self, group_ids: list[str]) -> None:
+        self._groups.delete_consumer_groups(group_ids)
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        self._groups.delete_consumer_group_offsets(group_id, partitions)
 
     def close(self) -> None:
         if self._owns_connections:

@@ -41,6 +41,7 @@ from ads_spark.client.chunks import (
     slice_offsets,
 )
 from ads_spark.client.poll_fetcher import PollFetcher
+from ads_spark.client.groups.consumer_api import GroupMethods
 from ads_spark.local_reads import NotLocal, SegmentsNotReadable, host_identity, read_located
 from ads_spark.replication.epochs import consumer_divergence
 
@@ -65,8 +66,8 @@ class Record(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-class Consumer:
-    """A consumer of assigned partitions (no groups yet): positions, and reads of committed records only.
+class Consumer(GroupMethods):
+    """A consumer of assigned or subscribed partitions: positions, and reads of committed records only.
 
     Owns the assignment and each partition's position (``_positions``: the next offset, or a
     sentinel resolved through ``list_offsets`` by ``auto.offset.reset`` when first needed),
@@ -115,6 +116,8 @@ class Consumer:
         self._not_local: set[tuple[str, int]] = set()
         self.local_fetches = 0  # fetches served by the local read path (for tests and benchmarks)
         self._poll_fetcher: PollFetcher | None = None
+        # Consumer groups (client/groups/): subscribe, commit, committed; None without group.id.
+        self._make_group(self.config)
 
     def _int_setting(self, name: str, default: int, *, min_value: int) -> int:
         """Config key ``name`` as an int; a bad value raises InvalidConfigError naming the key."""
@@ -123,6 +126,8 @@ class Consumer:
     # ---- assignment -------------------------------------------------------------
 
     def assign(self, partitions: list[TopicPartition]) -> None:
+        if self._subscribed():
+            raise InvalidRequestError("assign after subscribe: a consumer uses one or the other (unsubscribe first)")
         self._positions, self._position_epochs = {}, {}
         for tp in partitions:
             self._connections.partition(tp.topic, tp.partition)
@@ -138,7 +143,13 @@ class Consumer:
         self._positions[tp.key()] = tp.offset
         self._position_epochs.pop(tp.key(), None)  # an offset without an epoch is not checked (as Kafka's seek)
 
-    def position(self, tp: TopicPartition) -> int:
+    def position(self, tp):
+        """One partition's position (resolved by auto.offset.reset when it has none yet); or, for a list, as
+        confluent-kafka's ``position(partitions)``: TopicPartitions with the positions held (OFFSET_INVALID:
+        none yet), without resolving anything."""
+        if isinstance(tp, (list, tuple)) and not isinstance(tp, TopicPartition):
+            return [TopicPartition(t.topic, t.partition, self._positions.get(t.key(), OFFSET_INVALID),
+                                   leader_epoch=self._position_epochs.get(t.key())) for t in tp]
         return self._resolve_position(tp.key())
 
     def _resolve_position(self, key: tuple[str, int]) -> int:
@@ -346,7 +357,7 @@ class Consumer:
                                 f"{start} of {tp.topic}-{tp.partition}; asking the leader")
             raise error
         return fetched_chunk(batches, start, int(info["high_watermark"]), int(info["log_start_offset"]),
-                             int(info.get("leader_epoch", meta.leader_epoch)))
+                             int(info.get("leader_epoch", meta.leader_epoch)), info.get("next_offset"))
 
     def _fetch_local(self, tp: TopicPartition, start: int, max_bytes: int, leader_epoch: int,
                      broker) -> FetchedChunk | None:
@@ -379,23 +390,35 @@ class Consumer:
             return None
         self.local_fetches += 1
         return fetched_chunk(batches, start, int(answer["high_watermark"]), int(answer["log_start_offset"]),
-                             leader_epoch)
+                             leader_epoch, answer.get("next_offset"))
 
     def fetch_arrow(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
                     max_bytes: int | None = None) -> pa.Table:
         """Committed records with offsets in [start, min(end, HW)) as one RECORD_SCHEMA table."""
-        tables, position = [], start_offset_inclusive
+        return self.fetch_range(tp, start_offset_inclusive, end_offset_exclusive, max_bytes).table
+
+    def fetch_range(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
+                    max_bytes: int | None = None) -> FetchedChunk:
+        """As ``fetch_arrow``, with where reading [start, end) stopped: ``next_offset`` (<= end) is past every
+        record returned and every offset compaction removed, so a reader of a range whose last offsets are gone
+        finishes instead of waiting for them. ``next_offset == start``: nothing readable there yet (the HW).
+        With start >= end no fetch is made (the HW and log start are then -1: not asked)."""
+        tables, position, chunk = [], start_offset_inclusive, None
         while position < end_offset_exclusive:
             chunk = self.fetch_chunk(tp, position, max_bytes=max_bytes)
-            if chunk.table.num_rows == 0:
+            if chunk.next_offset <= position:
                 break
-            tables.append(chunk.table)
+            if chunk.table.num_rows:
+                tables.append(chunk.table)
             position = chunk.next_offset
             if position >= chunk.high_watermark:
                 break
-        if not tables:
-            return empty_table()
-        return slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive)
+        table = slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive) \
+            if tables else empty_table()
+        if chunk is None:
+            return FetchedChunk(table, -1, -1, start_offset_inclusive)
+        return FetchedChunk(table, chunk.high_watermark, chunk.log_start_offset,
+                            min(position, max(end_offset_exclusive, start_offset_inclusive)), chunk.leader_epoch)
 
     def poll_arrow(self, timeout: float = 1.0) -> dict[TopicPartition, pa.Table]:
         """Records from the assigned partitions that have some, as tables; advances positions.
@@ -404,6 +427,9 @@ class Consumer:
         At most ``max.poll.records`` records in all; a partition cut short resumes after its last record
         returned, and one left out keeps its position (its records come again in a later poll).
         """
+        started_s = time.monotonic()
+        self._group_before_poll(timeout)  # joins, rejoins and auto-commits (client/groups/membership.py)
+        timeout = max(0.0, timeout - (time.monotonic() - started_s))
         if self._poll_fetcher is None:
             self._poll_fetcher = PollFetcher(self)
         positions = {key: self._resolve_position(key) for key in self._positions}
@@ -430,6 +456,13 @@ class Consumer:
             self._poll_fetcher.keep(*cut_short)
         return result
 
+    def _skip_gap(self, key: tuple[str, int], from_offset: int, to_offset: int, leader_epoch: int) -> None:
+        """The poll path found no record in [from_offset, to_offset) (compaction removed them, or whole batches):
+        the position moves past the gap, unless it moved meanwhile (a seek)."""
+        if self._positions.get(key) == from_offset:
+            self._positions[key] = to_offset
+            self._position_epochs[key] = leader_epoch
+
     def poll(self, timeout: float = 1.0) -> list[Record]:
         tables = self.poll_arrow(timeout)
         records: list[Record] = []
@@ -438,6 +471,13 @@ class Consumer:
         return records
 
     def close(self) -> None:
+        """Closes the group membership first (auto commit, on_revoke, leave_group), then the fetches."""
+        try:
+            self._group_close()
+        finally:
+            self._close_reads()
+
+    def _close_reads(self) -> None:
         if self._poll_fetcher is not None:
             self._poll_fetcher.close()
         if self._owns_connections:

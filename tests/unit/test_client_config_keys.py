@@ -16,7 +16,7 @@ from ads_spark.spark.sink.options import parse_sink_options
 BOOTSTRAP = "127.0.0.1:1"  # never dialled: keys are checked when the client is built
 
 
-@pytest.mark.parametrize("key", ["group.id", "fetch.min.bytes", "acks", "client.rak"])
+@pytest.mark.parametrize("key", ["group.protocol", "fetch.min.bytes", "acks", "client.rak"])
 def test_the_consumer_refuses_a_key_it_does_not_read(key):
     with pytest.raises(InvalidConfigError, match=f"unknown consumer config '{key}'"):
         Consumer({"bootstrap.servers": BOOTSTRAP, key: "1"})
@@ -68,3 +68,21 @@ def test_the_sink_passes_producer_options_on():
     parsed = parse_sink_options({"ads.bootstrap.servers": BOOTSTRAP, "topic": "t", "ads.linger.ms": "5",
                                  "ads.batch.size": "1000", "ads.delivery.timeout.ms": "9000"})
     assert parsed.client_config["linger.ms"] == "5" and parsed.client_config["delivery.timeout.ms"] == "9000"
+
+
+def test_the_consumer_reads_the_group_keys():
+    """Issue #24: the group keys are the consumer's now (client/groups/settings.py), each parsed by name."""
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "g", "group.instance.id": "host-1",
+                         "enable.auto.commit": "false", "auto.commit.interval.ms": "250", "session.timeout.ms": "9000",
+                         "heartbeat.interval.ms": "700", "max.poll.interval.ms": "60000",
+                         "partition.assignment.strategy": "cooperative-sticky"})
+    try:
+        settings = consumer._group.settings
+        assert (settings.group_id, settings.group_instance_id, settings.auto_commit, settings.auto_commit_interval_ms,
+                settings.session_timeout_ms, settings.heartbeat_interval_ms, settings.max_poll_interval_ms,
+                settings.strategies, settings.protocol) == ("g", "host-1", False, 250, 9000, 700, 60000,
+                                                            ("cooperative-sticky",), "cooperative")
+    finally:
+        consumer.close()
+    with pytest.raises(InvalidConfigError, match="'session.timeout.ms'.*must be an integer"):
+        Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "g", "session.timeout.ms": "soon"})
