@@ -19,6 +19,8 @@ import threading
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from ads_spark.broker.group.lag_metrics import GroupLagCollector
+
 # Upper bounds of the election time buckets, seconds (a ZooKeeper write and a push to the brokers:
 # milliseconds on a healthy cluster, seconds when a broker is slow to answer).
 ELECTION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -61,6 +63,8 @@ class BrokerMetrics:
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(broker))
+        self.group_lag = GroupLagCollector(broker)  # ads_consumer_group_* on a group's coordinator
+        self.registry.register(self.group_lag)
         self.port = -1
         self._server = None
         self._lock = threading.Lock()
@@ -78,6 +82,7 @@ class BrokerMetrics:
         return self.port
 
     def close(self) -> None:
+        self.group_lag.close()
         if self._server is not None:
             self._server.shutdown()
             self._server = None
@@ -141,9 +146,26 @@ class _StateCollector:
             requests.add_metric([kind], count)
         yield requests
         yield from _stream_metrics(getattr(getattr(self.broker, "server", None), "streams", None))
+        yield from _cleaner_metrics(getattr(self.broker, "cleaner", None))
         yield leo
         yield size
         yield partition_under
+
+
+def _cleaner_metrics(cleaner):
+    """The log cleaner's (broker/log/cleaner_manager.py): plain numbers it keeps, read here (Kafka's
+    kafka.log:type=LogCleaner and LogCleanerManager beans)."""
+    if cleaner is None:
+        return
+    yield CounterMetricFamily("ads_log_cleaner_bytes_read", "bytes the log cleaner read", value=cleaner.bytes_read)
+    yield CounterMetricFamily("ads_log_cleaner_bytes_written", "bytes the log cleaner wrote",
+                              value=cleaner.bytes_written)
+    yield CounterMetricFamily("ads_log_cleaner_runs", "logs cleaned", value=cleaner.runs)
+    yield CounterMetricFamily("ads_log_cleaner_failures", "cleaner passes that failed", value=cleaner.failures)
+    yield GaugeMetricFamily("ads_log_cleaner_last_run_duration_seconds", "time of the last clean",
+                            value=cleaner.last_run_duration_s)
+    yield GaugeMetricFamily("ads_log_cleaner_max_dirty_ratio", "highest dirty ratio among compacted logs at the "
+                            "last pass", value=cleaner.max_dirty_ratio)
 
 
 def _failed_requests(handlers):

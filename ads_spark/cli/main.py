@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from ads_spark.cli import acls_cmd, users_cmd
     from ads_spark.cli import certs_cmd
+    from ads_spark.cli import groups_cmd
 
     parser = argparse.ArgumentParser(prog="ads", description="ADS: a replicated log for Spark")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output to stderr")
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     acls_cmd.register(commands)
     users_cmd.register(commands)
     certs_cmd.register(commands)
+    groups_cmd.register(commands)
     return parser
 
 

@@ -45,14 +45,32 @@ MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
 # timestamp does. "error" (Spark's default) fails the query naming it; "latest" starts it at its end.
 TIMESTAMP_STRATEGIES = ("error", "latest")
 
+# ads.commitOffsetsToGroup=<group>: a stream commits each finished micro-batch's end offsets to this consumer
+# group (a standalone commit), so its lag shows in `ads consumer-groups --describe` and the lag gauges. The
+# checkpoint stays where the query resumes from; the group is for watching (reader.GroupOffsetsCommitter).
+COMMIT_GROUP_OPTION = "ads.commitOffsetsToGroup"
+GROUP_ID_CHARS_MAX = 255  # Kafka's (and the coordinator's) limit on a group id
+
+# Internal topics a subscribePattern never matches (Kafka's exclude.internal.topics=true); naming one in
+# 'subscribe' or 'assign' still reads it, as in Kafka.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
 # Kafka consumer settings the source decides itself; setting them is a mistake.
 _CLIENT_KEYS_FORBIDDEN = {
-    "group.id": "the source tracks offsets in the Spark checkpoint, not in a consumer group",
+    "group.id": "the source tracks offsets in the Spark checkpoint, not in a consumer group (to watch a "
+                f"stream's lag as a group's, set '{COMMIT_GROUP_OPTION}')",
     "auto.offset.reset": "use startingOffsets instead",
     "enable.auto.commit": "the source never commits offsets to the brokers",
     "key.deserializer": "keys are returned as binary; cast them in Spark",
     "value.deserializer": "values are returned as binary; cast them in Spark",
 }
+# The group member's settings (config_groups.GROUP_CONSUMER_KEYS): the source joins no group, so they would
+# do nothing.
+_CLIENT_KEYS_FORBIDDEN.update({key: f"the source joins no consumer group (to watch a stream's lag as a group's, "
+                                    f"set '{COMMIT_GROUP_OPTION}')"
+                               for key in ("group.instance.id", "auto.commit.interval.ms", "session.timeout.ms",
+                                           "heartbeat.interval.ms", "max.poll.interval.ms",
+                                           "partition.assignment.strategy")})
 
 
 
@@ -69,7 +87,7 @@ class Subscription:
         """The topics this subscription reads, given the names that exist now (sorted)."""
         if self.kind == "subscribePattern":
             compiled = re.compile(self.pattern)
-            return sorted(t for t in existing_topics if compiled.fullmatch(t))
+            return sorted(t for t in existing_topics if compiled.fullmatch(t) and t not in INTERNAL_TOPICS)
         if self.kind == "subscribe":
             return sorted(self.topics)
         return sorted({t for t, _ in self.assigned})
@@ -112,6 +130,7 @@ class SourceOptions:
     max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
     max_bytes_per_trigger: int | None = None
     starting_timestamp_strategy: str = "error"  # one of TIMESTAMP_STRATEGIES
+    commit_offsets_to_group: str | None = None  # COMMIT_GROUP_OPTION (streams only)
     extra: dict[str, str] = field(default_factory=dict)
     # SASL: who the driver logs in as (its password a Secret, which refuses pickling) until a reader
     # registers it in the driver process (``clients.register_login``) and keeps only the handle.
@@ -133,6 +152,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
     the query is a stream) checks everything except the batch-only / stream-only rules.
     """
     opts = lower_keys(options)
+    commit_group = _commit_group(opts.pop(COMMIT_GROUP_OPTION.lower(), None), streaming)
     client_config = parse_client_config(opts)
     for key in _CLIENT_KEYS_FORBIDDEN:
         if key in client_config:
@@ -164,7 +184,20 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
                                                MAX_TRIGGER_DELAY_MS_DEFAULT),
         max_bytes_per_trigger=parse_bytes(opts.get("maxbytespertrigger"), "maxBytesPerTrigger"),
         starting_timestamp_strategy=_timestamp_strategy(opts),
+        commit_offsets_to_group=commit_group,
     )
+
+
+def _commit_group(raw: str | None, streaming: bool | None) -> str | None:
+    if raw is None:
+        return None
+    if streaming is False:
+        raise InvalidConfigError(f"option '{COMMIT_GROUP_OPTION}' is for streaming queries only (spark.readStream):"
+                                 f" a batch query commits no offsets")
+    if not raw or len(raw) > GROUP_ID_CHARS_MAX or "\x00" in raw:
+        raise InvalidConfigError(f"option '{COMMIT_GROUP_OPTION}' must be a consumer group id of 1 to "
+                                 f"{GROUP_ID_CHARS_MAX} characters (no NUL), got {raw[:80]!r}")
+    return raw
 
 
 # ---- subscription ---------------------------------------------------------------

@@ -46,6 +46,7 @@ from ads_spark.errors import AdsError, OffsetOutOfRangeError
 from ads_spark.protocol.records import now_ms
 from ads_spark.spark import clients
 from ads_spark.spark.source import lookups, truncation
+from ads_spark.spark.source.group_commit import GroupOffsetsCommitter
 from ads_spark.spark.source.offsets import SourceOffset, latest_of
 from ads_spark.spark.source.options import SourceOptions
 from ads_spark.spark.source.planning import (
@@ -106,11 +107,14 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
     while position < r.end_offset_exclusive:
         upper = min(r.end_offset_exclusive, position + step_records)
         try:
-            table = consumer.fetch_arrow(tp, position, upper, max_bytes=FETCH_BYTES_MAX)
+            # next_offset passes the offsets compaction removed (a compacted topic has gaps, even at a range's
+            # end), so a range whose last offsets are gone completes, and no step asks for a gap twice.
+            fetched = consumer.fetch_range(tp, position, upper, max_bytes=FETCH_BYTES_MAX)
         except OffsetOutOfRangeError:
             position = _skip_to_log_start(admin, r, position, options.fail_on_data_loss)
             continue
-        if table.num_rows == 0:
+        table = fetched.table
+        if fetched.next_offset <= position:  # nothing readable at the position: not (yet) below the HW
             empty_since = empty_since or time.monotonic()
             if time.monotonic() - empty_since <= EMPTY_FETCH_WAIT_S_MAX:
                 time.sleep(EMPTY_FETCH_BACKOFF_S)
@@ -120,11 +124,13 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
                                                           f"watermark (log truncated?)")],
                           options.fail_on_data_loss)
             return
-        empty_since = None
-        yield from to_spark_batches(table, r.topic, r.partition, options.include_headers)
-        position = int(table.column("offset")[-1].as_py()) + 1
-        bytes_per_record = max(1.0, table.nbytes / table.num_rows)
-        step_records = int(min(READ_STEP_RECORDS_MAX, max(1, READ_STEP_BYTES_TARGET // bytes_per_record)))
+        if table.num_rows:
+            yield from to_spark_batches(table, r.topic, r.partition, options.include_headers)
+        # Steps are offset distances: sized by bytes per OFFSET read, so a sparse (compacted) stretch takes
+        # longer steps instead of one fetch per few records; never more than READ_STEP_RECORDS_MAX offsets.
+        bytes_per_offset = max(1e-3, table.nbytes / (fetched.next_offset - position))
+        step_records = int(min(READ_STEP_RECORDS_MAX, max(1, READ_STEP_BYTES_TARGET // bytes_per_offset)))
+        empty_since, position = None, fetched.next_offset
 
 
 def _same_incarnation(admin, r: OffsetRange, fail_on_data_loss: bool) -> bool:
@@ -232,6 +238,7 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_target: dict | None = None  # offsets JSON seen at AvailableNow start
         self._latest_seen: dict | None = None  # HWs of the last snapshot, for reportLatestOffset
         self._absent_reported: frozenset = frozenset()  # subscribed topics already reported deleted
+        self._group_committer = None  # ads.commitOffsetsToGroup: made on first use (a thread; never pickled)
 
     def _snapshot(self):
         """Partitions that cannot answer now (no leader) are left out: they keep their offsets (lookups.py)."""
@@ -276,6 +283,7 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return AdmissionLimits(max_rows, min_rows, o.max_trigger_delay_ms, max_bytes)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._commit_to_group(start)  # Spark is done with ``start``: see group_commit.py for why here too
         admin, snapshot = self._snapshot()
         now = now_ms()
         if self._last_trigger_ms is None:
@@ -340,7 +348,25 @@ class AdsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        """Offsets live in Spark's checkpoint; nothing is committed to the brokers."""
+        """Offsets live in Spark's checkpoint; with ads.commitOffsetsToGroup they are also committed to that
+        consumer group, for watching the query's lag (group_commit.py). Never fails the query."""
+        self._commit_to_group(end)
+
+    def _commit_to_group(self, offsets: dict | None) -> None:
+        group_id = self.options.commit_offsets_to_group
+        if group_id is None or not offsets:
+            return
+        if self._group_committer is None:
+            self._group_committer = GroupOffsetsCommitter(group_id, clients.admin_for)
+        try:
+            self._group_committer.submit(_driver_config(self.options), offsets)
+        except Exception as exc:  # e.g. a SASL login failing now: the query's own calls will report it
+            log.warning("ads source: offsets not committed to consumer group '%s': %s", group_id, exc)
+
+    def stop(self) -> None:
+        """The query stopped: give the last offsets a bounded time to reach the group."""
+        if self._group_committer is not None:
+            self._group_committer.close()
 
 
 class RejectedStreamReader(DataSourceStreamReader):
