@@ -41,7 +41,7 @@ WILDCARD_PRINCIPAL = "User:*"
 ANONYMOUS = "User:ANONYMOUS"  # Kafka's principal for an unauthenticated caller
 PRINCIPAL_NAME_CHARS_MAX = 1024  # room for a certificate DN, not for a megabyte
 HOST_CHARS_MAX = 255
-GROUP_ID_CHARS_MAX = 255  # Kafka does not bound a group id; ADS does (protocol/request_schemas.GROUP_ID)
+GROUP_ID_CHARS_MAX = 255  # Kafka does not bound a group id; ADS does (protocol/group_schemas.GROUP_ID)
 # Control characters and ";" (the super.users separator) cannot be in an ACL's principal name.
 _BAD_PRINCIPAL_CHARS = re.compile(r"[\x00-\x1f\x7f;]")
 _BAD_HOST_CHARS = re.compile(r"[\x00-\x20\x7f,;*]")

@@ -15,7 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ads_spark.protocol import group_schemas
 from ads_spark.protocol import request_schemas as rs
+from ads_spark.protocol import schema_kinds as sk
 from ads_spark.protocol import wire
 from ads_spark.errors import (
     AdsError,
@@ -157,34 +159,34 @@ def test_any_bytes_parse_or_are_refused_as_invalid_request(raw):
         pass
 
 
-def _valid(kind: rs.Kind) -> st.SearchStrategy:
+def _valid(kind: sk.Kind) -> st.SearchStrategy:
     """Values that ``kind`` accepts, built from the schema itself (so every action is covered)."""
-    if isinstance(kind, rs.Int):
+    if isinstance(kind, sk.Int):
         return st.integers(kind.min_value, kind.max_value)
-    if isinstance(kind, rs.Bool):
+    if isinstance(kind, sk.Bool):
         return st.booleans()
-    if isinstance(kind, rs.TopicName):
+    if isinstance(kind, sk.TopicName):
         return st.from_regex(r"\A[a-z0-9._-]{1,12}\Z").filter(lambda name: name not in (".", ".."))
-    if isinstance(kind, rs.GroupId):
+    if isinstance(kind, group_schemas.GroupId):
         return st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=12)
-    if isinstance(kind, rs.Base64Text):
+    if isinstance(kind, group_schemas.Base64Text):
         return st.binary(max_size=12).map(lambda data: base64.b64encode(data).decode())
-    if isinstance(kind, rs.Text):
+    if isinstance(kind, sk.Text):
         if kind.choices is not None:
             return st.sampled_from(kind.choices)
         return st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                        max_size=min(kind.max_chars, 12))
-    if isinstance(kind, rs.OneOf):
+    if isinstance(kind, sk.OneOf):
         return st.one_of(*[_valid(k) for k in kind.kinds])
-    if isinstance(kind, rs.MapOf):
+    if isinstance(kind, sk.MapOf):
         return st.dictionaries(_valid(kind.key), _valid(kind.value), max_size=3)
-    if isinstance(kind, rs.Distinct):
+    if isinstance(kind, sk.Distinct):
         return st.lists(_valid(kind.item), min_size=kind.min_items, max_size=max(kind.min_items, 3),
                         unique_by=lambda e: tuple(e[f] for f in kind.key_fields))
-    if isinstance(kind, rs.ListOf):
+    if isinstance(kind, sk.ListOf):
         return st.lists(_valid(kind.item), min_size=kind.min_items, max_size=max(kind.min_items, 3),
                         unique=kind.distinct)
-    if isinstance(kind, rs.Obj):
+    if isinstance(kind, sk.Obj):
         required = {n: _valid(f.kind) for n, f in kind.fields.items() if f.required}
         optional = {n: st.none() | _valid(f.kind) for n, f in kind.fields.items() if not f.required}
         return st.fixed_dictionaries(required, optional=optional)
@@ -200,13 +202,13 @@ def test_every_body_built_from_a_schema_is_accepted(drawn):
 
 def _leaves(value, kind, path: str, parts: tuple):
     """(path as the error names it, the keys leading there, its kind) of every leaf, walking the schema alongside."""
-    if isinstance(kind, rs.Obj) and isinstance(value, dict):
+    if isinstance(kind, sk.Obj) and isinstance(value, dict):
         for key, item in value.items():
             yield from _leaves(item, kind.fields[key].kind, f"{path}.{key}", parts + (key,))
-    elif isinstance(kind, rs.MapOf) and isinstance(value, dict):
+    elif isinstance(kind, sk.MapOf) and isinstance(value, dict):
         for key, item in value.items():
             yield from _leaves(item, kind.value, f"{path}[{key!r}]", parts + (key,))
-    elif isinstance(kind, rs.ListOf) and isinstance(value, list):
+    elif isinstance(kind, sk.ListOf) and isinstance(value, list):
         for index, item in enumerate(value):
             yield from _leaves(item, kind.item, f"{path}[{index}]", parts + (index,))
     elif value is not None:
@@ -217,7 +219,7 @@ def _fits(kind, value) -> bool:
     try:
         kind.fit(value)
         return True
-    except rs.Misfit:
+    except sk.Misfit:
         return False
 
 

@@ -34,7 +34,7 @@ from ads_spark.broker.log import cleaner_swap, file_modes
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.fetched import encode_fetched
-from ads_spark.broker.log.index import IndexInconsistent
+from ads_spark.broker.log.segment_loading import find_epoch_starts, load_segments, note_epoch_start
 from ads_spark.broker.log.segment import (
     LogSegment, encode_sealed_message, parse_segment_file_name, remove_stray_files,
 )
@@ -49,42 +49,6 @@ from ads_spark.protocol.records import (
 log = logging.getLogger("ads.log")
 
 BATCHES_ITERATION_BYTES = 8 << 20  # read granularity of ``batches()``
-
-
-def _delete_segment_files(directory: Path, base_offset: int) -> None:
-    stem = f"{base_offset:020d}"
-    for suffix in (".arrows", ".index", ".timeindex"):
-        (directory / f"{stem}{suffix}").unlink(missing_ok=True)
-
-
-def _load_segments(directory: Path, bases: list[int], recovery_point: int, clean_shutdown: bool,
-                   now_ms: int) -> list[LogSegment]:
-    """Open segments in order; validate those at/after the recovery point; stop at the first damage."""
-    segments: list[LogSegment] = []
-    for i, base in enumerate(bases):
-        if segments and base < segments[-1].next_offset:  # later is a gap the cleaner left: allowed
-            log.warning("%s: segment %d overlaps %d (ends at %d); dropping it and later ones",
-                        directory, base, segments[-1].base_offset, segments[-1].next_offset)
-            break
-        next_base = bases[i + 1] if i + 1 < len(bases) else None
-        trusted = clean_shutdown or (next_base is not None and next_base <= recovery_point)
-        segment = None
-        if trusted:
-            try:
-                segment = LogSegment.open_trusted(directory, base, now_ms)
-            except IndexInconsistent as exc:
-                log.warning("%s: rebuilding indexes of segment %d: %s", directory, base, exc)
-        if segment is None:
-            segment, problem = LogSegment.recover(directory, base, now_ms)
-            if problem is not None:
-                segments.append(segment)
-                break
-        segments.append(segment)
-    for base in bases[len(segments):]:
-        _delete_segment_files(directory, base)
-    if len(segments) < len(bases):
-        fsync_directory(directory)
-    return segments
 
 
 def _first_batch_from(segment: LogSegment, offset: int) -> int:
@@ -116,26 +80,6 @@ def _first_at_or_after(batch: pa.RecordBatch, timestamp_ms: int, min_offset: int
     return None if i < 0 else (offsets[i].as_py(), timestamps[i].as_py())
 
 
-def _note_epoch_start(starts: list[tuple[int, int]], header: BatchHeader) -> None:
-    # Only a newer epoch starts an entry: a damaged log with an epoch going down must not break the cache's order.
-    if not starts or header.leader_epoch > starts[-1][0]:
-        starts.append((header.leader_epoch, header.base_offset))
-
-
-def _find_epoch_starts(segment: LogSegment, low: int, low_header: BatchHeader, high: int,
-                       high_header: BatchHeader, starts: list[tuple[int, int]]) -> None:
-    """Append, in order, the epoch starts among batches ``low`` < i <= ``high`` of ``segment`` (bisection)."""
-    if low_header.leader_epoch == high_header.leader_epoch:
-        return
-    if high == low + 1:
-        _note_epoch_start(starts, high_header)
-        return
-    middle = (low + high) // 2  # depth is log2(batches): at most ~40 levels
-    middle_header = segment.read_batch(middle)[1]
-    _find_epoch_starts(segment, low, low_header, middle, middle_header, starts)
-    _find_epoch_starts(segment, middle, middle_header, high, high_header, starts)
-
-
 class PartitionLog:
     """Invariants: ``log_start_offset <= recovery_point <= log_end_offset`` except that the start
     may pass the recovery point; each segment's base offset is at or after the previous
@@ -162,7 +106,7 @@ class PartitionLog:
         cleaner_swap.complete_or_roll_back(directory)  # before anything reads the segments
         remove_stray_files(directory)
         bases = sorted(b for b in (parse_segment_file_name(p.name) for p in directory.iterdir()) if b is not None)
-        segments = _load_segments(directory, bases, recovery_point, clean_shutdown, now_ms)
+        segments = load_segments(directory, bases, recovery_point, clean_shutdown, now_ms)
         if not segments:
             segments = [LogSegment.create(directory, max(log_start_offset or 0, 0), now_ms)]
         end = segments[-1].next_offset
@@ -396,9 +340,9 @@ class PartitionLog:
                 if count == 0:
                     continue
                 first = segment.read_batch(0)[1]
-                _note_epoch_start(starts, first)
+                note_epoch_start(starts, first)
                 if count > 1:
-                    _find_epoch_starts(segment, 0, first, count - 1, segment.read_batch(count - 1)[1], starts)
+                    find_epoch_starts(segment, 0, first, count - 1, segment.read_batch(count - 1)[1], starts)
             before = [pair for pair in starts if pair[1] < self._log_start_offset]
             after = [pair for pair in starts if pair[1] >= self._log_start_offset]
             if before and (not after or after[0][1] > self._log_start_offset):

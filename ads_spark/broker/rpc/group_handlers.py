@@ -36,7 +36,7 @@ def _b64(data: bytes | None) -> str:
 
 
 def _bytes(text: str) -> bytes:
-    return base64.b64decode(text)  # checked by the schema (request_schemas.Base64Text)
+    return base64.b64decode(text)  # checked by the schema (group_schemas.Base64Text)
 
 
 def _error(code: ErrorCode, message: str = "") -> dict[str, Any]:

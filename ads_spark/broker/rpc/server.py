@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from ads_spark.broker.rpc import auth_middleware, authorization, call_context, connections
-from ads_spark.protocol import request_schemas, wire
+from ads_spark.protocol import request_schemas, schema_kinds, wire
 from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, InvariantViolation, error_for
 from ads_spark.protocol.records import RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA
 from ads_spark.security.request_acls import FOLLOWER_FETCH, fetch_requirement_name
@@ -390,4 +390,4 @@ def _action_name(action) -> str:
         name = action.type
     except UnicodeDecodeError:
         raise InvalidRequestError("the action type is not valid UTF-8") from None
-    return request_schemas.check_text(name, "action type", 64)
+    return schema_kinds.check_text(name, "action type", 64)

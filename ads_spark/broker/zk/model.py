@@ -47,7 +47,7 @@ PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONFIG_USERS_PATH = "/config/users"  # /config/users/<username>: a StoredCredential (JSON)
 SECURITY_PATH = "/security"
 TOKEN_SECRETS_PATH = "/security/token_secrets"  # JSON list of base64url secrets, newest first
-ACLS_PATH = "/acls"  # /acls/<LITERAL|PREFIXED>/<Topic|Cluster>/<encoded name>: JSON list of ACL dicts
+ACLS_PATH = "/acls"  # /acls/<LITERAL|PREFIXED>/<Topic|Group|Cluster>/<encoded name>: JSON list of ACL dicts
 ACL_CHANGES_PATH = "/acl_changes"
 ACL_CHANGE_PREFIX = "acl_change_"
 

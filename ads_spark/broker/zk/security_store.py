@@ -10,7 +10,7 @@ Layout (paths in ``model.py``, relative to the chroot):
   watch sees only adds and deletes).
 * ``/security/token_secrets``: JSON list of base64url secrets, newest first; the first broker creates it
   with 32 random bytes.
-* ``/acls/<LITERAL|PREFIXED>/<Topic|Cluster>/<encoded name>``: the JSON list of the ACLs on that one
+* ``/acls/<LITERAL|PREFIXED>/<Topic|Group|Cluster>/<encoded name>``: the JSON list of the ACLs on that one
   resource pattern. A name is path-encoded (``encode_resource_name``): ``.`` and ``..`` (a valid PREFIXED
   name) cannot be a znode name, so they and ``%`` are percent-encoded.
 * ``/acl_changes/acl_change_<seq>``: created in the same transaction as every ACL write, so a broker that
