@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Three pytest-xdist workers, whole modules per worker; the Spark modules and the chaos modules are one lane
+# each, run in turn on one worker (tests/conftest.py). PYTEST_WORKERS= runs serially.
+PYTEST_WORKERS ?= -n 3
 
 .PHONY: demo test install clean
 
@@ -22,7 +25,7 @@ demo: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) jobs/quickstart.py
 
 test: $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
