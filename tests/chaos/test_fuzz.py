@@ -24,8 +24,10 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 # One variant per group keeps the run near a minute on 2 cores; the budget stops starting categories
 # when a broken cluster makes every category slow (restarts, probe timeouts), so the test stays bounded.
+# It leaves room for a loaded machine: make test runs this lane beside two other workers, and the
+# consumer-group actions (issue #24) added eleven categories.
 SETTINGS = dict(seed=20, per_group=1, keep_records=3000, half_open_streams=300, connections=100, hold_s=2.0,
-                threads_settle_s=3.0, budget_s=75.0)
+                threads_settle_s=3.0, budget_s=180.0)
 
 
 @pytest.fixture(scope="module")
