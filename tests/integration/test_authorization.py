@@ -350,3 +350,72 @@ def test_with_security_on_the_logs_are_private_to_the_broker_user(setup, secured
             if mode != (0o700 if path.is_dir() else 0o600):
                 wrong.append(f"{path}: {oct(mode)}")
     assert wrong == []
+
+
+def _commit_body(group: str, topic: str) -> dict:
+    return {"group_id": group, "generation_id": -1, "member_id": "",  # a standalone commit (no members)
+            "partitions": [{"topic": topic, "partition": 0, "offset": 7, "leader_epoch": -1, "metadata": "m"}]}
+
+
+def _code(answer: dict) -> int:
+    """A refusal of the whole call, else the first partition's code."""
+    if answer.get("error_code", 0) != 0 or not answer.get("partitions"):
+        return answer.get("error_code", 0)
+    return answer["partitions"][0]["error_code"]
+
+
+def test_consumer_groups_are_guarded_by_group_acls_and_commits_by_topic_acls(setup):
+    """Issue #24: a group call needs its Group ACL (Kafka's GROUP_AUTHORIZATION_FAILED, 30) whatever the group
+    holds, a commit also Read on each topic it names (29), and listing shows only the groups one may Describe."""
+    admin, readable, forbidden = setup["admin"], setup["readable"], setup["forbidden"]
+    suffix = uuid.uuid4().hex[:6]
+    group, hidden = f"authz-group-{suffix}", f"authz-hidden-{suffix}"
+    any_broker = next(iter(broker_addresses(admin).values()))
+    as_admin = raw_client(setup["admin_config"], any_broker)
+    try:
+        found = wait_until(lambda: (lambda a: a if a["error_code"] == 0 else None)(
+            action(as_admin, "find_coordinator", {"key": group, "key_type": "group"})),
+            timeout_s=60, what="the group's coordinator")
+        hidden_at = wait_until(lambda: (lambda a: a if a["error_code"] == 0 else None)(
+            action(as_admin, "find_coordinator", {"key": hidden, "key_type": "group"})),
+            timeout_s=60, what="the other group's coordinator")
+        admin_at_hidden = raw_client(setup["admin_config"], (hidden_at["host"], hidden_at["port"]))
+        try:
+            assert _code(action(admin_at_hidden, "offset_commit", _commit_body(hidden, readable))) == 0
+        finally:
+            admin_at_hidden.close()
+    finally:
+        as_admin.close()
+    mallory = raw_client(setup["mallory"], (found["host"], found["port"]))
+    try:
+        refused = {"find_coordinator": {"key": group, "key_type": "group"},
+                   "offset_commit": _commit_body(group, readable),
+                   "offset_fetch": {"group_id": group},
+                   "describe_groups": {"groups": [group]},
+                   "delete_groups": {"groups": [group]}}
+        for name, body in refused.items():
+            answer = action(mallory, name, body)
+            codes = {answer.get("error_code")} | {g.get("error_code") for g in answer.get("groups", ())}
+            assert int(ErrorCode.GROUP_AUTHORIZATION_FAILED) in codes, (name, answer)
+        admin.create_acls([AclBinding("Group", group, "LITERAL", f"User:{ATTACKER}", "*", "Read", "Allow")])
+        wait_until(lambda: action(mallory, "offset_fetch", {"group_id": group}).get("error_code") == 0,
+                   timeout_s=30, what="mallory's Group Read to reach the coordinator")
+        assert _code(action(mallory, "offset_commit", _commit_body(group, readable))) == 0
+        assert _code(action(mallory, "offset_commit", _commit_body(group, forbidden))) == int(
+            ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        fetched = action(mallory, "offset_fetch", {"group_id": group})
+        committed = {(p["topic"], p["offset"], p["metadata"]) for p in fetched["partitions"] if p["offset"] >= 0}
+        assert committed == {(readable, 7, "m")}, fetched  # the refused commit changed nothing
+        names = set()
+        for address in broker_addresses(admin).values():  # each broker lists the groups it coordinates
+            client = raw_client(setup["mallory"], address)
+            try:
+                names |= {g["group_id"] for g in action(client, "list_groups", {}).get("groups", ())}
+            finally:
+                client.close()
+        assert group in names and hidden not in names, names  # one it may not Describe is not even named
+        assert action(mallory, "delete_groups", {"groups": [group]})["groups"][0]["error_code"] == int(
+            ErrorCode.GROUP_AUTHORIZATION_FAILED)  # Read is not Delete
+    finally:
+        mallory.close()
+    assert_still_serving(setup)
