@@ -17,7 +17,7 @@ from ads_spark.client import Admin, Producer
 from ads_spark.client.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from ads_spark.errors import ErrorCode
 from ads_spark.protocol import wire
-from tests.fixtures.cluster import metric_values
+from tests.fixtures.cluster import metric_values, start_cluster, stop_cluster
 from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -29,16 +29,9 @@ OVERRIDES = ["offsets.topic.num.partitions=3", "group.initial.rebalance.delay.ms
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from ads_spark.cluster import LocalCluster
-
-    started = LocalCluster(tmp_path_factory.mktemp("ads-groups-cli"))
-    try:
-        started.up(brokers=3, overrides=OVERRIDES)
-        yield started
-    finally:
-        for broker_id in started.broker_ids():
-            started.kill_broker(broker_id)
-        started.down()
+    started = start_cluster(tmp_path_factory, 3, OVERRIDES)
+    yield started
+    stop_cluster(started)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ads_spark.client import Admin, Consumer, Producer, TopicPartition
-from ads_spark.cluster import LocalCluster
+from tests.fixtures.cluster import start_cluster, stop_cluster
 from tests.fixtures.waiting import wait_until
 
 TOPIC = "orders"
@@ -60,12 +60,9 @@ out.write("CLOSED\n")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    local = LocalCluster(tmp_path_factory.mktemp("ads-group-consumer"))
-    try:
-        local.up(brokers=1, overrides=[f"{key}={value}" for key, value in OVERRIDES.items()], security="none")
-        yield local
-    finally:
-        local.down()
+    local = start_cluster(tmp_path_factory, 1, [f"{key}={value}" for key, value in OVERRIDES.items()])
+    yield local
+    stop_cluster(local)
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int) -> None:

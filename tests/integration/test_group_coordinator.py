@@ -21,6 +21,7 @@ from ads_spark.client import Producer
 from ads_spark.cluster import LocalCluster
 from ads_spark.errors import AdsError, ErrorCode, InvalidGroupIdError, InvalidRequestError
 from ads_spark.protocol import wire
+from tests.fixtures.cluster import start_cluster, stop_cluster
 from tests.fixtures.group_calls import (
     GroupCaller, commit, fetched, form_group, join, join_body, sync_all,
 )
@@ -36,14 +37,9 @@ OVERRIDES = {"offsets.topic.num.partitions": "3", "offsets.topic.replication.fac
 
 @pytest.fixture(scope="module")
 def group_cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("ads-group-cluster"))
-    try:
-        cluster.up(brokers=3, overrides=[f"{key}={value}" for key, value in OVERRIDES.items()], security="none")
-        yield cluster
-    finally:
-        for broker_id in cluster.broker_ids():
-            cluster.kill_broker(broker_id)
-        cluster.down()
+    cluster = start_cluster(tmp_path_factory, 3, [f"{key}={value}" for key, value in OVERRIDES.items()])
+    yield cluster
+    stop_cluster(cluster)
 
 
 @pytest.fixture
