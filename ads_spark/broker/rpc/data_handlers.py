@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ads_spark.protocol import request_schemas, wire
 from ads_spark.local_reads import describe_segments, host_identity
@@ -49,7 +50,7 @@ def check_keys_for_policy(batch: pa.RecordBatch, topic: str, cleanup_policy: str
     """A compacted topic keeps the latest record per key, so a record without a key is refused there
     (INVALID_RECORD, as Kafka does), before anything is appended."""
     if "compact" in cleanup_policy.split(",") and batch.column("key").null_count:
-        first = batch.column("key").is_null().to_pylist().index(True)
+        first = pc.index(batch.column("key").is_null(), True).as_py()
         raise InvalidRecordError(f"topic '{topic}' has cleanup.policy={cleanup_policy}: every record needs a key "
                                  f"(record {first} of the batch has none); nothing was appended")
 
