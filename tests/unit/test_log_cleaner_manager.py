@@ -147,6 +147,9 @@ class _Log:
     def log_end_offset(self):
         return self.segments[-1].next_offset
 
+    def take_truncation_point(self):
+        return None
+
 
 def _partition(log_dir: Path, topic: str, segments, hw=None, policy="compact"):
     partition_log = _Log(log_dir / f"{topic}-0", segments)
@@ -214,6 +217,92 @@ def test_the_thread_starts_with_the_broker_backs_off_and_stops_within_its_bound(
     disabled.start()
     assert disabled._thread is None
     disabled.stop()
+
+
+# ---- truncation below the checkpoint --------------------------------------------------------------------------
+
+
+def _real_log(log_dir: Path):
+    from ads_spark.broker.log import LogConfig, PartitionLog
+
+    partition_log = PartitionLog.open(log_dir / "t-0", LogConfig(cleanup_policy="compact"), recovery_point=0,
+                                      clean_shutdown=False, now_ms=0)
+    return SimpleNamespace(key=("t", 0), log=partition_log, high_watermark=0)
+
+
+def _append(partition, *pairs: tuple[bytes, bytes]) -> None:
+    """One batch per record (so that a truncation can fall between any two), then the HW at the log end."""
+    import pyarrow as pa
+
+    from ads_spark.protocol.records import PRODUCE_SCHEMA
+
+    for key, value in pairs:
+        batch = pa.RecordBatch.from_pylist([{"timestamp": 1000, "key": key, "value": value, "headers": []}],
+                                           schema=PRODUCE_SCHEMA)
+        partition.log.append_as_leader(batch, leader_epoch=0, now_ms=0)
+    partition.high_watermark = partition.log.log_end_offset
+
+
+def _rows(partition_log) -> list[tuple[int, bytes, bytes]]:
+    return [row for batch, _ in partition_log.batches() for row in zip(*(batch.column(name).to_pylist()
+                                                                         for name in ("offset", "key", "value")))]
+
+
+def _checkpoint_file(log_dir: Path) -> list[str]:
+    return (log_dir / CLEANER_CHECKPOINT).read_text().split("\n")[2:-1]
+
+
+def test_records_written_again_below_the_checkpoint_after_a_truncation_are_cleaned_as_dirty(tmp_path):
+    from ads_spark.broker.log.cleaner import clean_log
+
+    partition = _real_log(tmp_path)
+    passes = []
+
+    def clean(log, **kwargs):
+        passes.append(kwargs["first_dirty_offset"])
+        return clean_log(log, **kwargs)
+
+    manager = LogCleanerManager(CleanerSettings(), [tmp_path], lambda: [partition], clean=clean,
+                                now_ms=lambda: NOW_MS)
+    try:
+        _append(partition, (b"a", b"a1"), (b"b", b"b1"), (b"c", b"c1"), (b"d", b"d1"))
+        partition.log.roll(0)
+        assert manager.clean_once() and _checkpoint_file(tmp_path) == ["t 0 4"]  # cleaned to X = 4
+        partition.log.truncate_to(2)  # Y = 2 (a follower truncating to its new leader's log)
+        _append(partition, (b"c", b"c2"), (b"c", b"c3"), (b"e", b"e1"))  # c2 at 2 and c3 at 3, below X
+        partition.log.roll(0)
+        assert manager.clean_once()
+        # Dirty from Y: c2 is superseded by c3 (both below X) and goes. Before, the pass started at X = 4 and
+        # its key map saw only e, so c2 stayed.
+        assert passes == [0, 2]
+        assert _rows(partition.log) == [(0, b"a", b"a1"), (1, b"b", b"b1"), (3, b"c", b"c3"), (4, b"e", b"e1")]
+        assert _checkpoint_file(tmp_path) == ["t 0 5"] and manager.checkpointed_offset(("t", 0)) == 5
+    finally:
+        partition.log.close()
+
+
+def test_a_truncation_lowers_the_checkpoint_in_memory_and_on_disk_at_the_next_round(tmp_path):
+    partition = _real_log(tmp_path)
+    settings = CleanerSettings()
+    manager = LogCleanerManager(settings, [tmp_path], lambda: [partition], clean=_Cleaner(), now_ms=lambda: NOW_MS)
+    try:
+        _append(partition, *[(b"k%d" % i, b"v") for i in range(8)])
+        partition.log.roll(0)
+        assert manager.clean_once() and manager.checkpointed_offset(("t", 0)) == 8
+        partition.log.truncate_to(20)  # above the log end: not a truncation
+        partition.log.truncate_to(6)
+        partition.log.truncate_to(3)
+        _append(partition, *[(b"k%d" % i, b"w") for i in range(3, 12)])  # past 8 again
+        assert not manager.clean_once()  # nothing sealed to clean, but the checkpoint follows the lowest cut
+        assert manager.checkpointed_offset(("t", 0)) == 3 and _checkpoint_file(tmp_path) == ["t 0 3"]
+        restarted = LogCleanerManager(settings, [tmp_path], lambda: [partition], clean=_Cleaner())
+        assert restarted.checkpointed_offset(("t", 0)) == 3  # a new broker reads the lowered one back
+        partition.log.truncate_to(10)  # above the checkpoint: it stays
+        assert not manager.clean_once() and manager.checkpointed_offset(("t", 0)) == 3
+        partition.log.truncate_fully_and_start_at(1)  # a follower restarting at its leader's log start
+        assert not manager.clean_once() and _checkpoint_file(tmp_path) == ["t 0 1"]
+    finally:
+        partition.log.close()
 
 
 # ---- produce to a compacted topic ----------------------------------------------------------------------------

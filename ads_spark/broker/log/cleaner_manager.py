@@ -18,7 +18,9 @@ The choices are pure functions of plain values, tested on their own (tests/unit/
 * ``throttle_sleep_s``: how long the cleaner must pause to keep ``log.cleaner.io.max.bytes.per.second``.
 
 Where each log's cleaning got to (the first dirty offset) is kept in ``cleaner-offset-checkpoint`` in each log
-directory (Kafka's file and format), written after every clean. A lost or stale entry only costs work: the
+directory (Kafka's file and format), written after every clean and lowered (in memory and in the file) to the
+point a truncation left when the log is next looked at (``PartitionLog.take_truncation_point``), so that
+records written again above it are dirty. A lost or stale entry only costs work: the
 log is cleaned again from its start; records are removed only when a later record with the same key is seen,
 so a wrong first dirty offset can leave duplicates but never lose a latest value.
 
@@ -279,6 +281,7 @@ class LogCleanerManager:
 
     def _view(self, partition) -> LogToClean | None:
         partition_log = partition.log
+        self._follow_truncation(partition)
         segments = tuple(SegmentSummary(*s) for s in partition_log.segment_summaries())
         if len(segments) < 2:
             return None  # only the active segment: nothing is cleanable
@@ -288,6 +291,18 @@ class LogCleanerManager:
         return LogToClean(partition.key, segments, first_dirty, partition.high_watermark,
                           config.min_cleanable_dirty_ratio, config.min_compaction_lag_ms,
                           config.max_compaction_lag_ms)
+
+    def _follow_truncation(self, partition) -> None:
+        """Lower the checkpoint to where the log was truncated since the last look, if below it.
+
+        A truncation racing this look or a pass is taken at the next round, before any pass uses the
+        checkpoint; a crash before then keeps the old one (duplicates may stay, never a latest value lost)."""
+        point = partition.log.take_truncation_point()
+        checkpointed = self._checkpointed.get(partition.key)
+        if point is not None and checkpointed is not None and point < checkpointed:
+            log.info("%s-%s was truncated to %d: its cleaner checkpoint goes down from %d", partition.key[0],
+                     partition.key[1], point, checkpointed)
+            self._write_checkpoint(partition, point)
 
     def _clean_one(self, partition, choice: Choice, now: int) -> bool:
         """Clean one log; True if it moved its cleaned point (False: the log changed under the cleaner and

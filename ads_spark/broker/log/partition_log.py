@@ -97,6 +97,7 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._lock = threading.RLock()
         self._closed = False
+        self._truncated_to: int | None = None  # lowest end a truncation left since the cleaner last looked
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, recovery_point: int, clean_shutdown: bool,
@@ -398,6 +399,7 @@ class PartitionLog:
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             # Only a straddling batch can take the end below the start; the start follows it down.
             self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
+            self._note_truncation_locked()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log empty at ``offset`` (a follower far behind)."""
@@ -412,6 +414,19 @@ class PartitionLog:
         self._segments = [LogSegment.create(self.directory, offset, self._segments[-1].created_ms)]
         self._bases = [offset]
         self._log_start_offset = self._recovery_point = offset
+        self._note_truncation_locked()
+
+    def _note_truncation_locked(self) -> None:
+        end = self.log_end_offset
+        self._truncated_to = end if self._truncated_to is None else min(self._truncated_to, end)
+
+    def take_truncation_point(self) -> int | None:
+        """The lowest log end a truncation left since the last call (None: none), for the log cleaner, which
+        lowers its checkpoint to it (Kafka's maybeTruncateCheckpoint). Pulled, not pushed: truncation does no
+        checkpoint I/O, and a pass ending after a truncation cannot overwrite the lowered checkpoint."""
+        with self._lock:
+            point, self._truncated_to = self._truncated_to, None
+            return point
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Move the log start forward (DeleteRecords); whole segments below it are deleted."""
