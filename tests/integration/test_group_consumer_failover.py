@@ -30,7 +30,7 @@ PARTITIONS, RECORDS = 4, 2400
 COMMIT_EVERY, MAX_POLL_RECORDS = 20, 5
 OVERRIDES = {"offsets.topic.num.partitions": "2", "offsets.topic.replication.factor": "3",
              "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "0",
-             "zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "3000",
+             "zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "3000",
              "controlled.shutdown.enable": "false"}
 REPO = Path(__file__).resolve().parents[2]
 

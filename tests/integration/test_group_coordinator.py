@@ -28,10 +28,12 @@ from tests.fixtures.group_calls import (
 from tests.fixtures.waiting import wait_until
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# A 6 s ZooKeeper session as the other suites: with 4 s, a broker of a loaded make test run (load ~7) once lost
+# its session mid-test, the coordinator moved and form_group saw two generations.
 OVERRIDES = {"offsets.topic.num.partitions": "3", "offsets.topic.replication.factor": "3",
              "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "0",
              "offset.metadata.max.bytes": "64", "offsets.commit.timeout.ms": "3000",
-             "zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "3000",
+             "zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "3000",
              "controlled.shutdown.enable": "false"}
 
 
