@@ -11,12 +11,14 @@ PYTEST_WORKERS ?= -n 3
 
 .PHONY: demo test install clean
 
-$(STAMP): pyproject.toml
+# the C sources too: pip install -e compiles them, so an edit of one must reinstall
+$(STAMP): pyproject.toml $(wildcard ads_spark/*/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]'
 	@bash scripts/ensure-java.sh
 	@bash scripts/ensure-netns-tools.sh
+	@bash scripts/ensure-kafka-tools.sh
 	@touch $(STAMP)
 
 install: $(STAMP)
