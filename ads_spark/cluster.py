@@ -16,12 +16,19 @@ TLS, the ACL authorizer and ZooKeeper over TLS with ACLs, with a CA and certific
 (``ads_spark.cluster_security``) and ``client.properties`` for clients; ``"none"`` is the open cluster
 (the Python default, which the integration fixtures not about security use). The mode is chosen when
 the state dir is created and kept in ``cluster.json``.
+
+Every broker also serves Kafka's protocol (issue #25, ads_spark/kafka/) on a port of its own, kept in
+``cluster.json`` like the Flight ports, with the client listener's security protocol: PLAINTEXT on an
+open cluster, SSL with client certificates on a secured one (or SASL_SSL when the state dir was made
+with ``kafka_security_protocol="SASL_SSL"``). ``kafka_bootstrap_servers`` and ``kafka_client_config``
+are what Kafka's clients (kcat, confluent-kafka) take.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -30,10 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ads_spark.cluster_security import ClusterSecurity, check_security_mode
+from ads_spark.cluster_security import ADMIN_NAME, ClusterSecurity, check_security_mode
 from ads_spark.errors import InvalidRequestError, RequestTimedOutError
 
 STATE_FILE = "cluster.json"
+KAFKA_PORT_PURPOSE = "kafka"
+KAFKA_ADMIN_PASSWORD_FILE = "kafka-admin.password"
+KAFKA_PROTOCOLS = {"none": ("PLAINTEXT", "SASL_PLAINTEXT"), "tls": ("SSL", "SASL_SSL")}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
@@ -144,6 +154,65 @@ class LocalCluster:
     def broker_ids(self) -> list[int]:
         return [b["id"] for b in self.state.get("brokers", [])]
 
+    # ---- the Kafka protocol listener ----------------------------------------------------------------
+
+    @property
+    def kafka_security_protocol(self) -> str:
+        """The Kafka listeners' protocol: as chosen at ``up``, else the client listener's (SSL / PLAINTEXT)."""
+        return self.state.get("kafka_security_protocol") or KAFKA_PROTOCOLS[self.security][0]
+
+    def kafka_port(self, broker_id: int) -> int:
+        return self.extra_port(broker_id, KAFKA_PORT_PURPOSE)
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """host:port of every broker's Kafka listener (a broker never started yet has none)."""
+        ports = self.state.get("extra_ports", {}).get(KAFKA_PORT_PURPOSE, {})
+        return ",".join(f"{self.broker_address(b)}:{ports[str(b)]}" for b in self.broker_ids() if str(b) in ports)
+
+    def kafka_client_config(self, username: str | None = None, password: str | None = None) -> dict[str, str]:
+        """A Kafka client's config (librdkafka's names: confluent-kafka, ``kcat -X``) for this cluster: the
+        bootstrap, the protocol, and on a secured cluster the CA and the admin's certificate and key (one
+        PEM file); ``username``/``password``: a SASL PLAIN login (default on a SASL_* cluster: ``admin``'s)."""
+        protocol = self.kafka_security_protocol
+        config = {"bootstrap.servers": self.kafka_bootstrap_servers, "security.protocol": protocol}
+        if self.secured:
+            security = ClusterSecurity(self.dir)
+            admin_pem = str(security.keystore(ADMIN_NAME))
+            config.update({"ssl.ca.location": str(security.truststore), "ssl.certificate.location": admin_pem,
+                           "ssl.key.location": admin_pem})
+        if username is None and protocol.startswith("SASL_") and self.kafka_admin_password_path.exists():
+            username, password = ADMIN_NAME, self.kafka_admin_password_path.read_text().strip()
+        if username is not None:
+            config.update({"sasl.mechanism": "PLAIN", "sasl.username": username, "sasl.password": password or ""})
+        return config
+
+    @property
+    def kafka_admin_password_path(self) -> Path:
+        return self.dir / KAFKA_ADMIN_PASSWORD_FILE
+
+    def _ensure_kafka_admin_login(self) -> None:
+        """A SASL Kafka listener's admin login: user ``admin`` (User:admin, the secured cluster's super user)
+        with a random password, made once and kept (0600) in the state dir for ``kafka_client_config``."""
+        path = self.kafka_admin_password_path
+        if path.exists():
+            return
+        from ads_spark.client import Admin
+
+        password = secrets.token_urlsafe(24)
+        admin = Admin(self.client_config())
+        try:
+            admin.upsert_user(ADMIN_NAME, password)
+        finally:
+            admin.close()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(password + "\n")
+
+    def _kafka_listener_lines(self, broker_id: int) -> list[str]:
+        return [f"kafka.listeners={self.kafka_security_protocol}://{self.broker_address(broker_id)}:"
+                f"{self.kafka_port(broker_id)}"]
+
     def _pid(self, name: str) -> int | None:
         path = self.dir / f"{name}.pid"
         try:
@@ -155,9 +224,11 @@ class LocalCluster:
 
     def up(self, brokers: int = 3, racks: list[str] | None = None, zookeeper: str | None = None,
            overrides: list[str] | None = None, timeout_s: float = START_TIMEOUT_S,
-           security: str | None = None) -> None:
+           security: str | None = None, kafka_security_protocol: str | None = None) -> None:
         """Start what is not running. ``security`` (``"tls"``/``"none"``) applies to a new state dir
-        (None: ``"none"``); an existing one keeps its mode, and asking for the other is refused."""
+        (None: ``"none"``); an existing one keeps its mode, and asking for the other is refused.
+        ``kafka_security_protocol``: the Kafka listeners' protocol of a new state dir (None: the client
+        listener's; SASL_SSL on a secured cluster, SASL_PLAINTEXT on an open one)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self.state:
             hosted = self.network is not None
@@ -169,6 +240,12 @@ class LocalCluster:
                           "brokers": [{"id": i, "port": HOSTED_BROKER_PORT if hosted else free_port(),
                                        "rack": racks[(i - 1) % len(racks)] if racks else None}
                                       for i in range(1, brokers + 1)]}
+            if kafka_security_protocol is not None:
+                if kafka_security_protocol not in KAFKA_PROTOCOLS[self.state["security"]]:
+                    raise InvalidRequestError(
+                        f"a cluster with --security {self.state['security']} serves Kafka with one of "
+                        f"{', '.join(KAFKA_PROTOCOLS[self.state['security']])}, not {kafka_security_protocol}")
+                self.state["kafka_security_protocol"] = kafka_security_protocol
             self._save()
         elif security is not None and check_security_mode(security) != self.security:
             raise InvalidRequestError(f"the cluster in {self.dir} runs with --security {self.security}; it cannot be "
@@ -181,6 +258,8 @@ class LocalCluster:
             if not pid_alive(self._pid(f"broker-{broker['id']}")):
                 self.start_broker(broker["id"], wait=False)
         self.wait_for_brokers(self.broker_ids(), timeout_s)
+        if self.kafka_security_protocol.startswith("SASL_"):
+            self._ensure_kafka_admin_login()
 
     def _prepare_security(self) -> None:
         """CA, certificates and client.properties of a secured cluster (kept across restarts)."""
@@ -248,7 +327,8 @@ class LocalCluster:
         listener = (ClusterSecurity(self.dir).broker_lines(broker_id, address, broker["port"], self.broker_ids(),
                                                            bool(self.state.get("embedded_zookeeper")))
                     if self.secured else self._open_listener_lines(address, broker["port"]))
-        lines = [f"broker.id={broker_id}", *listener, f"log.dirs={home / 'data'}",
+        lines = [f"broker.id={broker_id}", *listener, *self._kafka_listener_lines(broker_id),
+                 f"log.dirs={home / 'data'}",
                  f"zookeeper.connect={self.state['zookeeper']}/ads", "zookeeper.session.timeout.ms=6000",
                  "replica.lag.time.max.ms=10000", "replica.fetch.wait.max.ms=200", "metrics.port=0"]
         if broker.get("rack"):
@@ -291,6 +371,8 @@ class LocalCluster:
     def status(self) -> dict[str, Any]:
         return {
             "bootstrap_servers": self.bootstrap_servers, "zookeeper": self.state.get("zookeeper"),
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers, "kafka_security_protocol":
+                self.kafka_security_protocol,
             "security": self.security,
             "client_config": str(self.client_properties_path) if self.secured else None,
             "zookeeper_alive": pid_alive(self._pid("zookeeper")) if self.state.get("embedded_zookeeper") else None,

@@ -23,6 +23,7 @@ from ads_spark.config_compaction import (
     CLEANER_BROKER_KEYS, COMPACTION_TOPIC_DEFAULT_FROM_BROKER, COMPACTION_TOPIC_KEYS,
 )
 from ads_spark.config_groups import GROUP_BROKER_KEYS, GROUP_CONSUMER_KEYS
+from ads_spark.config_kafka import KAFKA_BROKER_KEYS, kafka_listener_specs
 from ads_spark.config_security import NO_HOSTNAME_SKIP, SECURITY_BROKER_KEYS
 
 LONG_MAX = 2**63 - 1
@@ -82,10 +83,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _int("flight.streams.per.connection.max", 100, "produce streams and fetch sessions open at once on one "
              "client connection; one more is refused (NETWORK_EXCEPTION, retriable)", 1),
         _int("connections.max.idle.ms", 600000, "a connection whose streams carried no data for this long is "
-             "closed (-1 or 0: never)", -1),
+             "closed, a Kafka connection that sent no request for this long too (-1 or 0: never)", -1),
         *SECURITY_BROKER_KEYS,
         *GROUP_BROKER_KEYS,
         *CLEANER_BROKER_KEYS,
+        *KAFKA_BROKER_KEYS,
     ]
 }
 
@@ -300,6 +302,7 @@ class BrokerConfig:
                                          self._values[NONLOOPBACK_KEY])
         self._inter_broker = self._inter_broker_listener()
         check_security(self._values, self._listeners, self._inter_broker)
+        self._kafka_listeners = kafka_listener_specs(self._values, self._listeners)  # config_kafka.py
         self.log_dir_paths()
         check_bind_host(self._values["metrics.host"], "metrics.host")
 
@@ -321,6 +324,10 @@ class BrokerConfig:
         """Every listener, in the order of ``listeners`` (advertised port 0: the broker fills in the bound port)."""
         return list(self._listeners)
 
+    def kafka_listener_specs(self) -> list[ListenerSpec]:
+        """The Kafka protocol listeners (``kafka.listeners``; none when empty), as ``listener_specs``."""
+        return list(self._kafka_listeners)
+
     @property
     def inter_broker_listener_name(self) -> str:
         return self._inter_broker.name
@@ -332,7 +339,7 @@ class BrokerConfig:
     @property
     def security_enabled(self) -> bool:
         """Any listener other than PLAINTEXT, or ACLs on: logs become private to the broker's user, and so on."""
-        return (any(spec.protocol != "PLAINTEXT" for spec in self._listeners)
+        return (any(spec.protocol != "PLAINTEXT" for spec in [*self._listeners, *self._kafka_listeners])
                 or bool(self._values["authorizer.class.name"]))
 
     def inter_broker_client_config(self, bootstrap: str) -> dict[str, str]:

@@ -74,7 +74,9 @@ class Broker:
     (prometheus_client's HTTP thread, unless ``metrics.port`` is -1); the
     ``BrokerFlightServer`` of each listener (``servers``, by listener name; ``server`` is the
     inter-broker listener's; built and listening only in ``start``, a gRPC thread per call, the
-    stream bounds and idle-connection sweeper of ``rpc/connections.py``); and, from
+    stream bounds and idle-connection sweeper of ``rpc/connections.py``); the ``KafkaServer`` of each
+    Kafka listener (``kafka_servers``, ads_spark/kafka/server.py: opened after the Flight ones, registered
+    in ``endpoints`` as ``kafka.<NAME>``, closed first on stop); and, from
     ``zk_factory``, ``zk``: the ``ZkMembership`` (kazoo session, registration and broker
     epoch, ``SessionGuard``, producer-id blocks, admin writes, and the ``Controller`` with
     its event thread, rebalance timer and per-broker channel threads). Its own state: each
@@ -137,6 +139,9 @@ class Broker:
         self.servers: dict[str, BrokerFlightServer] = {}
         self.endpoints: dict[str, tuple[str, int, str]] = {}
         self.server: BrokerFlightServer | None = None
+        # The Kafka protocol listeners (ads_spark/kafka/server.py; ``kafka.listeners``), by listener name; their
+        # endpoints are in ``endpoints`` as ``kafka.<NAME>``.
+        self.kafka_servers: dict[str, Any] = {}
         self.host, self.port = config.inter_broker_listener.advertised_host, 0
         self.zk = zk_factory(self) if zk_factory else None
         self._stopping = threading.Event()
@@ -149,6 +154,22 @@ class Broker:
         self.servers, self.endpoints = self._start_servers()
         self.server = self.servers[self.config.inter_broker_listener_name]
         self.host, self.port = self.endpoints[self.config.inter_broker_listener_name][:2]
+        self._open_kafka_listeners()
+
+    def _open_kafka_listeners(self) -> None:
+        """The Kafka listeners, after the Flight ones (a port that cannot bind fails the start like theirs)."""
+        specs = self.config.kafka_listener_specs()
+        if not specs:
+            return
+        from ads_spark.config_kafka import endpoint_name
+        from ads_spark.kafka.server import open_servers  # only brokers with a Kafka port load the Kafka layer
+
+        self.kafka_servers = open_servers(self)
+        for spec in specs:
+            server = self.kafka_servers[spec.name]
+            self.endpoints[endpoint_name(spec.name)] = (spec.advertised_host, spec.advertised_port or server.port,
+                                                        spec.protocol)
+            server.start()
 
     def _abort_start(self) -> None:
         """After a failed ``start``: close the ports, the ZooKeeper session and the threads it opened. The logs
@@ -211,6 +232,10 @@ class Broker:
             host, port, protocol = self.endpoints[name]
             log.info("broker %s listener %s (%s) serving on port %s, advertised as %s:%s", self.broker_id, name,
                      protocol, server.port, host, port)
+        for name, server in self.kafka_servers.items():
+            host, port, protocol = self.endpoints[server.endpoint_name]
+            log.info("broker %s Kafka listener %s (%s) serving on port %s, advertised as %s:%s", self.broker_id,
+                     name, protocol, server.port, host, port)
         log.info("broker %s started (epoch %s); inter-broker listener %s", self.broker_id, self._broker_epoch,
                  self.config.inter_broker_listener_name)
 
@@ -230,6 +255,7 @@ class Broker:
             except Exception:
                 log.warning("controlled shutdown did not complete; stopping anyway", exc_info=True)
         self._stopping.set()
+        self._stop_kafka_listeners()
         self.group_coordinator.stop()  # unloads every group: waiting joins and syncs answered NOT_COORDINATOR
         self.cleaner.stop()  # before the logs close; a clean in progress is abandoned (its swap is crash-safe)
         self.fetchers.shutdown()
@@ -242,6 +268,13 @@ class Broker:
         self._shutdown_server()
         self.metrics.close()
 
+    def _stop_kafka_listeners(self) -> None:
+        """Close the Kafka ports before the parts their requests use stop, so that Kafka's clients move to
+        other brokers at once (Kafka's broker stops its socket server first too). Bounded as the Flight stop."""
+        deadline = time.monotonic() + SERVER_SHUTDOWN_WAIT_S
+        for server in self.kafka_servers.values():
+            server.shutdown(max(0.0, deadline - time.monotonic()))
+
     def _shutdown_server(self) -> None:
         """Stop the Flight server, waiting at most SERVER_SHUTDOWN_WAIT_S for open streams.
 
@@ -251,6 +284,8 @@ class Broker:
         """
         stoppers = [threading.Thread(target=server.shutdown, name=f"flight-shutdown-{name}", daemon=True)
                     for name, server in self.servers.items()]
+        stoppers += [threading.Thread(target=server.shutdown, name=f"kafka-shutdown-{name}", daemon=True)
+                     for name, server in self.kafka_servers.items()]
         for stopper in stoppers:
             stopper.start()
         deadline = time.monotonic() + SERVER_SHUTDOWN_WAIT_S  # one bound for every listener together

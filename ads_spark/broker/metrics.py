@@ -147,6 +147,7 @@ class _StateCollector:
         yield requests
         yield from _stream_metrics(getattr(getattr(self.broker, "server", None), "streams", None))
         yield from _cleaner_metrics(getattr(self.broker, "cleaner", None))
+        yield from _kafka_listener_metrics(getattr(self.broker, "kafka_servers", None))
         yield leo
         yield size
         yield partition_under
@@ -166,6 +167,21 @@ def _cleaner_metrics(cleaner):
                             value=cleaner.last_run_duration_s)
     yield GaugeMetricFamily("ads_log_cleaner_max_dirty_ratio", "highest dirty ratio among compacted logs at the "
                             "last pass", value=cleaner.max_dirty_ratio)
+
+
+def _kafka_listener_metrics(servers):
+    """The Kafka listeners' (kafka/server.py): connections open and refused over kafka.connections.max, and
+    requests served by API name (Kafka's RequestsPerSec by request)."""
+    if not servers:
+        return
+    shared = next(iter(servers.values())).shared  # one count and budget for every Kafka listener of the broker
+    yield GaugeMetricFamily("ads_kafka_connections", "open Kafka protocol connections", value=shared.connections)
+    yield CounterMetricFamily("ads_kafka_connections_refused", "Kafka connections refused over "
+                              "kafka.connections.max", value=shared.refused_connections)
+    requests = CounterMetricFamily("ads_kafka_requests", "Kafka protocol requests decoded, by API", labels=["api"])
+    for name, count in sorted(shared.request_counts().items()):
+        requests.add_metric([name], count)
+    yield requests
 
 
 def _failed_requests(handlers):

@@ -53,6 +53,8 @@ def cluster_up(args) -> int:
     cluster.up(brokers=args.brokers, racks=racks, zookeeper=args.zookeeper, overrides=args.override,
                security=security)
     print(cluster.bootstrap_servers)
+    # Kafka's clients and tools (kcat -b ... -L) use this one (ads_spark/kafka/; README "Kafka clients")
+    print(f"Kafka bootstrap ({cluster.kafka_security_protocol}): {cluster.kafka_bootstrap_servers}")
     return 0
 
 
@@ -84,6 +86,7 @@ def cluster_status(args) -> int:
     print(f"Security: {status['security']}" + (f" (client config: {status['client_config']})"
                                                 if status["client_config"] else ""))
     print(f"ZooKeeper: {status['zookeeper']} ({'alive' if status['zookeeper_alive'] else 'down'})")
+    print(f"Kafka bootstrap ({status['kafka_security_protocol']}): {status['kafka_bootstrap_servers']}")
     for broker in status["brokers"]:
         flags = ["alive" if broker["alive"] else "down"] + (["controller"] if broker["controller"] else [])
         print(f"Broker {broker['id']}: pid {broker['pid']} {broker['address']} rack={broker['rack']} "

@@ -307,3 +307,48 @@ def test_the_group_coordinator_broker_keys_set_its_bounds():
                        ("offset.metadata.max.bytes", "-1"), ("offsets.retention.check.interval.ms", "0")):
         with pytest.raises(InvalidConfigError, match=f"'{key}'"):
             BrokerConfig({**BASE, key: value})
+
+
+# ---- the Kafka listener's keys (issue #25, config_kafka.KAFKA_BROKER_KEYS) ----------------------------------
+
+
+def test_the_kafka_listener_keys_make_the_listeners_and_set_the_servers_bounds():
+    from ads_spark.kafka.server import _Shared
+
+    config = BrokerConfig({**BASE, "kafka.listeners": "PLAINTEXT://127.0.0.1:0,EXTERNAL://127.0.0.1:19092",
+                           "kafka.advertised.listeners": "EXTERNAL://kafka.example:29092",
+                           "kafka.listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
+                           "socket.request.max.bytes": "1048576", "queued.max.request.bytes": "4194304",
+                           "kafka.connections.max": "7", "auto.create.topics.enable": "false"})
+    assert [(s.name, s.protocol, s.bind_host, s.port, s.advertised_host, s.advertised_port)
+            for s in config.kafka_listener_specs()] == [
+        ("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0, "127.0.0.1", 0),
+        ("EXTERNAL", "SASL_PLAINTEXT", "127.0.0.1", 19092, "kafka.example", 29092)]
+    assert config.security_enabled  # a SASL Kafka listener: the security state is loaded before ports open
+    shared = _Shared(config)
+    assert (shared.request_max_bytes, shared.budget.capacity, shared.connections_max) == (1048576, 4194304, 7)
+    assert config["auto.create.topics.enable"] is False
+    assert BrokerConfig(BASE).kafka_listener_specs() == []  # empty: no Kafka port
+    assert _Shared(BrokerConfig(BASE)).idle_s == 600.0  # connections.max.idle.ms, as for Flight
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"kafka.listeners": "PLAINTEXT://0.0.0.0:9092"}, "listeners.plaintext.nonloopback.allow"),
+    ({"kafka.listeners": "FTP://127.0.0.1:9092"}, "kafka.listener.security.protocol.map"),
+    ({"kafka.listeners": "PLAINTEXT://127.0.0.1:9092,PLAINTEXT://127.0.0.1:9093"}, "kafka.listeners"),
+    ({"kafka.listeners": "PLAINTEXT://127.0.0.1:9000", "listeners": "PLAINTEXT://127.0.0.1:9000"}, "kafka.listeners"),
+    ({"kafka.listeners": "SSL://127.0.0.1:9092"}, "ssl.keystore.location"),
+    ({"kafka.listeners": "PLAINTEXT://127.0.0.1:9092", "kafka.advertised.listeners": "OTHER://h:1"},
+     "kafka.advertised.listeners"),
+    ({"kafka.advertised.listeners": "PLAINTEXT://h:1"}, "kafka.advertised.listeners"),
+    ({"kafka.listeners": "PLAINTEXT://127.0.0.1:9092", "kafka.advertised.listeners": "PLAINTEXT://0.0.0.0:9092"},
+     "kafka.advertised.listeners"),
+    ({"kafka.listener.security.protocol.map": "X:TLS"}, "kafka.listener.security.protocol.map"),
+    ({"socket.request.max.bytes": "0"}, "socket.request.max.bytes"),
+    ({"socket.request.max.bytes": "600000000"}, "queued.max.request.bytes"),
+    ({"kafka.connections.max": "0"}, "kafka.connections.max"),
+    ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
+])
+def test_a_kafka_listener_value_ads_cannot_serve_is_refused_naming_the_key(values, key):
+    with pytest.raises(InvalidConfigError, match=f"'{key}'"):
+        BrokerConfig({**BASE, **values})

@@ -183,6 +183,15 @@ EVIDENCE = {
     ("broker", "offsets.commit.timeout.ms"): ("read in", "ads_spark/broker/group/coordinator.py"),
     ("broker", "offset.metadata.max.bytes"): ("test", "integration/test_group_coordinator.py",
                                               "test_commit_and_fetch_round_trip_metadata_and_leader_epoch"),
+    # The Kafka protocol listener (issue #25, config_kafka.py): parsed into the Kafka listeners and the servers'
+    # bounds (tests/integration/test_kafka_listener.py shows each bound closing connections on a real broker).
+    **{("broker", key): ("test", "unit/test_config_key_effects.py",
+                         "test_the_kafka_listener_keys_make_the_listeners_and_set_the_servers_bounds")
+       for key in ("kafka.listeners", "kafka.advertised.listeners", "kafka.listener.security.protocol.map",
+                   "socket.request.max.bytes", "queued.max.request.bytes", "kafka.connections.max")},
+    ("broker", "auto.create.topics.enable"): (
+        "test", "unit/test_kafka_data_handlers.py",
+        "test_metadata_does_not_auto_create_when_the_request_or_the_broker_says_no"),
     ("producer", "bootstrap.servers"):
         ("test", "integration/test_acks_zero.py", "test_acks_zero_completes_while_the_broker_is_paused"),
     ("producer", "request.timeout.ms"):
