@@ -31,7 +31,9 @@ import crc32c
 import pyarrow as pa
 
 from ads_spark.broker.rpc import authorization, call_context
-from ads_spark.errors import AdsError, ErrorCode, InvalidRecordError, UnsupportedCompressionTypeError
+from ads_spark.errors import (
+    AdsError, ErrorCode, InvalidRecordError, RequestTimedOutError, UnsupportedCompressionTypeError,
+)
 from ads_spark.kafka import bridge, record_batches
 from ads_spark.kafka.api import ApiHandler, KafkaCall
 from ads_spark.protocol import request_schemas, wire
@@ -89,17 +91,33 @@ def group_by_topic(answers: list[tuple[str, dict]], topic_field: str, partitions
 # ---- Produce ----------------------------------------------------------------------------------------
 
 
-def decode_one_batch(records: Any, version: int) -> record_batches.KafkaBatch:
+# Batches decoded at once, across every connection. A compressed batch inflates up to its topic's
+# max.message.bytes before it is refused, and that memory is not counted by queued.max.request.bytes (which
+# counts bytes read): without this bound, bombs sent on many connections at once cost that many times the
+# limit (8 bombs peaked at +600 MiB). Decoding is fast next to appending (~0.2 us a record), so the two cores
+# never wait on this.
+DECODES_AT_ONCE_MAX = 4
+_decoding = threading.BoundedSemaphore(DECODES_AT_ONCE_MAX)
+DECODE_WAIT_S = 30.0
+
+
+def decode_one_batch(records: Any, version: int, uncompressed_bytes_max: int) -> record_batches.KafkaBatch:
     """The one v2 batch of a partition's ``records`` (Kafka's rule for Produce v3+), decoded; typed errors:
     none or several batches -> INVALID_RECORD, a bad CRC or framing -> CORRUPT_MESSAGE, zstd before v7 ->
-    UNSUPPORTED_COMPRESSION_TYPE."""
+    UNSUPPORTED_COMPRESSION_TYPE, records inflating past ``uncompressed_bytes_max`` -> RECORD_TOO_LARGE."""
     if not records:
         raise InvalidRecordError("a produce partition carries no record batch")
     batches = record_batches.split_batches(records)
     if len(batches) != 1:
         raise InvalidRecordError(f"a produce request (v3+) carries exactly one record batch per partition, "
                                  f"got {len(batches)}")
-    batch = record_batches.decode_batch(batches[0])
+    if not _decoding.acquire(timeout=DECODE_WAIT_S):
+        raise RequestTimedOutError(f"{DECODES_AT_ONCE_MAX} record batches were being decoded for "
+                                   f"{DECODE_WAIT_S:.0f} s; retry")
+    try:
+        batch = record_batches.decode_batch(batches[0], uncompressed_bytes_max)
+    finally:
+        _decoding.release()
     if batch.compression == record_batches.COMPRESSION_ZSTD and version < ZSTD_PRODUCE_VERSION_MIN:
         raise UnsupportedCompressionTypeError(f"zstd needs Produce v{ZSTD_PRODUCE_VERSION_MIN} or later, "
                                               f"the request is v{version}")
@@ -205,7 +223,9 @@ def _submit_partition(call: KafkaCall, topic: str, index: int, records: Any, ack
         respond({"error_code": refused[topic], "message": f"not authorized to write to {topic}"})
         return
     try:
-        batch = decode_one_batch(records, call.version)
+        # Arrow holds a record in about as many bytes as Kafka's varints do: the topic's batch limit bounds
+        # what a batch may inflate to (a larger one is refused by the append anyway).
+        batch = decode_one_batch(records, call.version, call.broker.topic_config(topic)["max.message.bytes"])
     except AdsError as exc:  # nothing is stored
         respond({"error_code": int(exc.code), "message": exc.message or str(exc)})
         return

@@ -86,6 +86,9 @@ class StandInBroker:
         self.fetch_requests.append(body)
         return self.fetched
 
+    def topic_config(self, topic):
+        return {"max.message.bytes": 1 << 20}
+
 
 def make_call(broker, api_key: int, version: int) -> KafkaCall:
     context = call_context.CallContext("User:alice", "127.0.0.1", "kafka.PLAINTEXT", "PLAINTEXT")
@@ -152,11 +155,11 @@ def test_produce_refuses_bad_batches_per_partition_and_stores_nothing():
 def test_produce_of_zstd_before_v7_is_unsupported_compression(monkeypatch):
     decode = handlers_data.record_batches.decode_batch
     monkeypatch.setattr(handlers_data.record_batches, "decode_batch",
-                        lambda data: dataclasses.replace(decode(data), compression=4))  # as if zstd
+                        lambda data, limit: dataclasses.replace(decode(data, limit), compression=4))  # as if zstd
     with pytest.raises(AdsError) as refused:
-        handlers_data.decode_one_batch(kafka_batch(), 6)
+        handlers_data.decode_one_batch(kafka_batch(), 6, 1 << 20)
     assert refused.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-    assert handlers_data.decode_one_batch(kafka_batch(), 7).record_count == 3
+    assert handlers_data.decode_one_batch(kafka_batch(), 7, 1 << 20).record_count == 3
 
 
 def test_a_transactional_producer_is_refused_without_touching_ads():
@@ -471,3 +474,18 @@ def test_a_gap_compaction_left_up_to_the_bound_is_answered_with_an_empty_batch_s
     assert batch.validate_crc() and list(batch) == []
     assert (batch.base_offset, batch.base_offset + batch.last_offset_delta + 1, batch.leader_epoch) == (12, 20, 4)
     assert handlers_data.partition_records({"next_offset": 12}, [], 12) == b""  # nothing to skip
+
+
+def test_a_batch_may_inflate_to_its_topics_limit_and_no_further():
+    """A compressed batch is refused once its records pass the topic's max.message.bytes, however small it
+    arrived: the bound on what one bomb costs (at most DECODES_AT_ONCE_MAX of them inflate at once)."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=1, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    builder.append(0, timestamp=1, key=None, value=b"\0" * (4 << 20), headers=[])
+    bomb = bytes(builder.build())
+    assert len(bomb) < 64 << 10
+    with pytest.raises(AdsError) as refused:
+        handlers_data.decode_one_batch(bomb, 8, 1 << 20)
+    assert refused.value.code == ErrorCode.RECORD_TOO_LARGE
+    assert handlers_data.decode_one_batch(bomb, 8, 8 << 20).record_count == 1
