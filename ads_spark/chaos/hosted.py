@@ -29,7 +29,7 @@ CHILD_MODULE = "ads_spark.chaos.hosted_child"
 CHILD_OVERHEAD_S = 300.0  # start-up, heal wait, final reads and shutdown on top of the faults
 
 
-def run_on_hosts(scenario: str, duration_s: float, seed: int, out: Path) -> dict:
+def run_on_hosts(scenario: str, duration_s: float, seed: int, out: Path, client: str = "ads") -> dict:
     reason = missing_requirements()
     if reason:
         raise HostsUnavailableError(f"scenario {scenario!r} runs on network-namespace test hosts: {reason}")
@@ -40,7 +40,8 @@ def run_on_hosts(scenario: str, duration_s: float, seed: int, out: Path) -> dict
     with tempfile.TemporaryDirectory(prefix="ads-chaos-hosts-") as state_dir, network:
         argv = network.exec_prefix(CLIENT_HOST) + [
             sys.executable, "-m", CHILD_MODULE, "--scenario", scenario, "--duration", str(duration_s),
-            "--seed", str(seed), "--out", str(out), "--state-dir", state_dir, "--run-id", network.run_id]
+            "--seed", str(seed), "--out", str(out), "--state-dir", state_dir, "--run-id", network.run_id,
+            "--client", client]
         with open(out / "run.log", "wb") as log:
             child = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    timeout=duration_s + CHILD_OVERHEAD_S)

@@ -23,10 +23,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, required=True)
     parser.add_argument("--duration", type=float, required=True)
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--client", default="ads")  # the workload's client (runner.CLIENTS)
     args = parser.parse_args(argv)
     network = TestNetwork(HOST_NAMES, run_id=args.run_id)  # built by the parent: only used here
     cluster = LocalCluster(Path(args.state_dir) / "cluster", network=network)
-    report = execute(cluster, args.scenario, args.duration, args.seed, network, Path(args.out) / "logs")
+    report = execute(cluster, args.scenario, args.duration, args.seed, network, Path(args.out) / "logs",
+                     args.client)
     write_report(report, Path(args.out))
     return 0
 

@@ -9,6 +9,11 @@ can be built) run on network-namespace test hosts (ads_spark.chaos.hosted).
 Every fault is healed before the final reads, so every acknowledged record must
 be readable, except in the negative control.
 
+``client``: ``"ads"`` drives the workload through ADS's own client (Flight);
+``"kafka"`` through confluent-kafka on the brokers' Kafka listeners
+(ads_spark.chaos.kafka_workload), from the client host on test hosts. The final reads
+and the replica comparison always use ADS's own reads of the stored log.
+
 Writes ``<out>/report.json`` (the checker's counts) and ``<out>/report.png``
 (latency of every send over time, coloured by outcome, faults shaded).
 """
@@ -39,6 +44,7 @@ from ads_spark.errors import ErrorCode
 PROCESS_SCENARIOS = ("kill-leader", "pause-leader", "rolling-restart")
 HOSTED_SCENARIOS = ("jepsen-2013", "jepsen-2013-unsafe", "partition-random", "last-replica-standing", "mixed")
 SCENARIOS = PROCESS_SCENARIOS + HOSTED_SCENARIOS
+CLIENTS = ("ads", "kafka")
 SAFE_TOPIC_CONFIG = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
 UNSAFE_TOPIC_CONFIG = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
 BROKER_OVERRIDES = ["replica.lag.time.max.ms=3000"]
@@ -181,16 +187,20 @@ class Nemesis:
         self.windows.append(NemesisWindow(kind, started, time.time()))
 
 
-def run(scenario: str, duration_s: float, seed: int, out: Path, state_dir: Path | None = None) -> dict:
-    """One run of ``scenario``; writes ``out``/report.json and report.png and returns the report."""
+def run(scenario: str, duration_s: float, seed: int, out: Path, state_dir: Path | None = None,
+        client: str = "ads") -> dict:
+    """One run of ``scenario`` with the workload of ``client``; writes ``out``/report.json and report.png and
+    returns the report."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    if client not in CLIENTS:
+        raise ValueError(f"unknown client {client!r}; known: {', '.join(CLIENTS)}")
     if scenario in HOSTED_SCENARIOS and not (scenario == "mixed" and missing_requirements()):
-        return hosted.run_on_hosts(scenario, duration_s, seed, out)
+        return hosted.run_on_hosts(scenario, duration_s, seed, out, client)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ads-chaos-") as tmp:
         cluster = LocalCluster(state_dir or Path(tmp))
-        report = execute(cluster, scenario, duration_s, seed, None, out / "logs")
+        report = execute(cluster, scenario, duration_s, seed, None, out / "logs", client)
     return write_report(report, out)
 
 
@@ -207,7 +217,7 @@ def keep_logs(cluster_dir: Path, out_logs: Path | None) -> None:
 
 
 def execute(cluster: LocalCluster, scenario: str, duration_s: float, seed: int, network,
-            out_logs: Path | None = None) -> dict:
+            out_logs: Path | None = None, client: str = "ads") -> dict:
     """Bring the cluster up, run workload and nemesis, check; the cluster is down again on return."""
     rng = random.Random(seed)
     try:
@@ -219,12 +229,13 @@ def execute(cluster: LocalCluster, scenario: str, duration_s: float, seed: int, 
             from ads_spark.chaos.network_nemesis import HostNemesis
 
             nemesis = HostNemesis(cluster, network, rng, nemesis)
-        verdict = _run_workload(cluster, admin, scenario, duration_s, rng, nemesis)
+        verdict = _run_workload(cluster, admin, scenario, duration_s, rng, nemesis, client)
         admin.close()
     finally:
         cluster.down()
         keep_logs(cluster.dir, out_logs)
-    report = {"scenario": scenario, "seed": seed, "duration_s": duration_s, "hosts": network is not None,
+    report = {"scenario": scenario, "client": client, "seed": seed, "duration_s": duration_s,
+              "hosts": network is not None,
               "nemesis_windows": [[w.name, round(w.started_s - verdict["began"], 2),
                                    round(w.ended_s - verdict["began"], 2)] for w in verdict["windows"]],
               **verdict["verdict"]}
@@ -258,9 +269,17 @@ def _next_fault(scenario: str, nemesis, rng: random.Random) -> None:
     nemesis.run_one(scenario)
 
 
+def _new_workload(cluster: LocalCluster, client: str):
+    if client == "kafka":
+        from ads_spark.chaos.kafka_workload import KafkaWorkload
+
+        return KafkaWorkload(cluster.kafka_client_config(), TOPIC, PARTITIONS, SENDS_IN_FLIGHT_MAX)
+    return Workload(cluster.bootstrap_servers)
+
+
 def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s: float, rng: random.Random,
-                  nemesis):
-    workload = Workload(cluster.bootstrap_servers)
+                  nemesis, client: str = "ads"):
+    workload = _new_workload(cluster, client)
     began = time.time()
     workload.start()
     while time.time() - began < duration_s:
@@ -275,7 +294,8 @@ def _run_workload(cluster: LocalCluster, admin: Admin, scenario: str, duration_s
     stored = {value for rows in finals.values() for _, value in rows}
     lost = {a.value for a in workload.attempts if a.outcome == OK and a.value not in stored}
     return {"verdict": {**verdict.to_json(), "healed": healed, "error_examples": workload.error_examples,
-                        "produce_streams_opened": workload.producer.streams_opened,
+                        "produce_streams_opened": getattr(workload.producer, "streams_opened", 0),
+                        "consumer_reads": len(workload.consumer_reads),
                         "produce_stream_threads_left": workload.produce_stream_threads_left},
             "attempts": workload.attempts, "lost_values": lost,
             "windows": nemesis.windows, "began": began}

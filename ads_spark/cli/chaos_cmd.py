@@ -20,6 +20,8 @@ def register(commands) -> None:
     run.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--out", default="chaos-out")
+    run.add_argument("--client", default="ads", help="the workload's client: ads (ADS's own, Flight) or kafka "
+                     "(confluent-kafka on the brokers' Kafka listeners)")
     run.set_defaults(func=chaos_run)
 
 
@@ -27,7 +29,7 @@ def chaos_run(args) -> int:
     from ads_spark.chaos import runner
 
     try:
-        report = runner.run(args.scenario, args.duration, args.seed, Path(args.out))
+        report = runner.run(args.scenario, args.duration, args.seed, Path(args.out), client=args.client)
     except (HostsUnavailableError, ValueError) as exc:
         raise InvalidRequestError(str(exc)) from None
     keys = ("acknowledged", "lost", "unseen", "duplicated", "inconsistent_offsets", "non_monotonic",

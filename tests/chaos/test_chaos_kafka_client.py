@@ -1,0 +1,28 @@
+"""The chaos checker's workload driven through a Kafka client (issue #25 item 4): confluent-kafka writes
+(acks=all, idempotent) and reads through the brokers' Kafka listeners during ``kill-leader`` and
+``rolling-restart``; nothing acknowledged may be lost, nothing stored twice, no offset may hold two values
+and replicas must agree below their HW. Short runs with a fixed seed, as the other chaos tests; the long
+run is ``ads chaos run --scenario kill-leader --client kafka --duration 600``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ads_spark.chaos import runner
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+
+@pytest.mark.parametrize("scenario", ["kill-leader", "rolling-restart"])
+def test_kafka_client_workload_loses_and_duplicates_nothing(scenario, tmp_path):
+    report = runner.run(scenario, duration_s=12, seed=7, out=tmp_path, client="kafka")
+    assert report["client"] == "kafka" and report["acknowledged"] > 100 and report["consumer_reads"] > 100, report
+    assert (report["lost"], report["duplicated"], report["inconsistent_offsets"], report["non_monotonic"],
+            report["aborted_reads"], report["replica_divergence"]) == (0, 0, 0, 0, 0, 0), report
+    assert report["nemesis_windows"], "no fault was injected"
+
+
+def test_unknown_client_names_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match="unknown client 'java'; known: ads, kafka"):
+        runner.run("kill-leader", duration_s=1, seed=1, out=tmp_path, client="java")
