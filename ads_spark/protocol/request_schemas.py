@@ -143,14 +143,21 @@ ACTION_SCHEMAS: dict[str, Obj] = {
     # KIP-320, asked by consumers: where the leader's log ends for leader_epoch (the epoch of what was read).
     "offset_for_leader_epoch": Obj({"partitions": required(_partitions(Obj(_partition(
         leader_epoch=required(Int(0, INT32_MAX)), current_leader_epoch=optional(EPOCH)))))}),
-    "create_topics": Obj({"topics": required(Distinct(_CREATE_TOPIC, TOPICS_PER_REQUEST_MAX, ("topic",), min_items=1))}),
+    # validate_only (Kafka's CreateTopics/CreatePartitions/AlterConfigs flag): every check, nothing written.
+    "create_topics": Obj({"topics": required(Distinct(_CREATE_TOPIC, TOPICS_PER_REQUEST_MAX, ("topic",), min_items=1)),
+                          "validate_only": optional(Bool())}),
     "delete_topics": Obj({"topics": required(ListOf(TOPIC, TOPICS_PER_REQUEST_MAX, min_items=1, distinct=True))}),
     "describe_configs": Obj({"topic": required(TOPIC)}),
     # The topic's new partition count (only ever larger); the new partitions are placed rack-aware.
     "create_partitions": Obj({"topic": required(TOPIC),
-                              "partitions": required(Int(1, PARTITION_ID_MAX + 1, error=InvalidPartitionsError))}),
+                              "partitions": required(Int(1, PARTITION_ID_MAX + 1, error=InvalidPartitionsError)),
+                              "validate_only": optional(Bool())}),
+    # Kafka's DeleteRecords, on the partitions the broker leads: records below offset go (-1: the HW).
+    "delete_records": Obj({"partitions": required(_partitions(Obj(_partition(offset=required(Int(-1, INT64_MAX)))),
+                                                              min_items=1))}),
     "alter_configs": Obj({"topic": required(TOPIC), "set": optional(CONFIG),
-                          "delete": optional(ListOf(Text(TOPIC_NAME_CHARS_MAX), CONFIG_ENTRIES_MAX))}),
+                          "delete": optional(ListOf(Text(TOPIC_NAME_CHARS_MAX), CONFIG_ENTRIES_MAX)),
+                          "validate_only": optional(Bool())}),
     "elect_leaders": Obj({"election_type": required(Text(16, choices=("preferred", "unclean"))),
                           "partitions": optional(_partitions(Obj(_partition())))}),
     "alter_partition_reassignments": Obj({

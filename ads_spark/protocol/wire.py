@@ -43,6 +43,7 @@ ACTION_ALTER_CONFIGS = "alter_configs"
 ACTION_ELECT_LEADERS = "elect_leaders"
 ACTION_REASSIGN = "alter_partition_reassignments"
 ACTION_CREATE_PARTITIONS = "create_partitions"  # grow a topic (Kafka's CreatePartitions)
+ACTION_DELETE_RECORDS = "delete_records"  # move a led partition's log start forward (Kafka's DeleteRecords)
 ACTION_LEADER_AND_ISR = "leader_and_isr"
 ACTION_UPDATE_METADATA = "update_metadata"
 ACTION_STOP_REPLICA = "stop_replica"

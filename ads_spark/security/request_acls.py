@@ -43,6 +43,7 @@ REQUIRED: dict[str, Requirement] = {
     "create_topics": Requirement(Operation.CREATE, _TOPIC),
     "delete_topics": Requirement(Operation.DELETE, _TOPIC),
     "create_partitions": Requirement(Operation.ALTER, _TOPIC),
+    "delete_records": Requirement(Operation.DELETE, _TOPIC),  # Kafka's DeleteRecords: Topic Delete
     "describe_configs": Requirement(Operation.DESCRIBE_CONFIGS, _TOPIC),
     "alter_configs": Requirement(Operation.ALTER_CONFIGS, _TOPIC),
     # cluster administration

@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from ads_spark.broker.log.checkpoints import fsync_directory, write_atomically
 from ads_spark.errors import (
-    CorruptMessageError, ErrorCode, InvariantViolation, NotLeaderOrFollowerError, RecordTooLargeError, error_for,
+    CorruptMessageError, ErrorCode, InvariantViolation, NotLeaderOrFollowerError, OffsetOutOfRangeError,
+    RecordTooLargeError, error_for,
 )
 from ads_spark.broker.log.fetched import check_fetched_messages, encode_fetched
 from ads_spark.protocol.records import BatchHeader
@@ -403,8 +404,48 @@ class Partition:
             diverging_epoch=(int(diverging["epoch"]), int(diverging["end_offset"])) if diverging else None,
             now_ms=now_ms)
         self._run(event, {"fetched": messages, "now_ms": now_ms})
+        self._follow_log_start(event.log_start_offset, event.leader_epoch, now_ms)
+
+    def _follow_log_start(self, leader_log_start: int, leader_epoch: int, now_ms: int) -> None:
+        """What the leader deleted (DeleteRecords, retention) goes here too, up to this replica's own HW (Kafka's
+        follower does the same): without it a follower elected leader would serve deleted records again."""
+        outbox = _Outbox()
+        with self.changed:
+            if self.state.role is not Role.FOLLOWER or leader_epoch != self.state.leader_epoch:
+                return
+            target = min(leader_log_start, self.state.high_watermark)
+            if target <= self.state.log_start_offset:
+                return
+            self.log.advance_log_start_offset(target)
+            self._step_locked(core.LogStartAdvanced(self.log.log_start_offset, now_ms), outbox)
+        self._finish(outbox)
 
     # ---- housekeeping -------------------------------------------------------------------
+
+    def delete_records(self, offset: int, now_ms: int) -> int:
+        """DeleteRecords on the leader: every record below ``offset`` (-1: the HW) is gone; returns the log start
+        after it. Only committed records may go (past the HW: OFFSET_OUT_OF_RANGE); an offset at or below the
+        log start changes nothing. Followers follow from their next fetch (``_follow_log_start``)."""
+        awaiting = self._awaiting_controller
+        if awaiting is not None:
+            raise NotLeaderOrFollowerError(f"{self.topic}-{self.partition}: not acting as leader until the "
+                                           f"controller confirms it ({awaiting})")
+        outbox = _Outbox()
+        with self.changed:
+            if not self.state.is_leader:
+                raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} does not lead "
+                                               f"{self.topic}-{self.partition}")
+            high_watermark = self.state.high_watermark
+            target = high_watermark if offset == -1 else offset
+            if target > high_watermark:
+                raise OffsetOutOfRangeError(f"{self.topic}-{self.partition}: cannot delete records below {target}, "
+                                            f"past the high watermark {high_watermark}")
+            if target > self.state.log_start_offset:
+                self.log.advance_log_start_offset(target)
+                self._step_locked(core.LogStartAdvanced(self.log.log_start_offset, now_ms), outbox)
+            start = self.state.log_start_offset
+        self._finish(outbox)
+        return start
 
     def write_producer_snapshot(self) -> None:
         """Persist the producer table as of the current LEO, so a restart replays only what follows."""

@@ -18,13 +18,17 @@ from ads_spark.protocol.names import validate_topic_name
 from ads_spark.replication import reassignment
 from ads_spark.config import TOPIC_KEYS, validate_topic_config
 from ads_spark.errors import (
+    AdsError,
     BrokerNotAvailableError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    InvalidTopicError,
+    NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from ads_spark.protocol.records import now_ms
 
 PARTITIONS_PER_TOPIC_MAX = 100_000
 
@@ -45,7 +49,37 @@ class AdminHandlers:
             wire.ACTION_ELECT_LEADERS: self.handle_elect_leaders,
             wire.ACTION_REASSIGN: self.handle_reassign,
             wire.ACTION_CREATE_PARTITIONS: self.handle_create_partitions,
+            wire.ACTION_DELETE_RECORDS: self.handle_delete_records,
         }
+
+    def handle_delete_records(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Kafka's DeleteRecords, answered per partition: on each partition this broker leads, records below
+        ``offset`` (-1: the HW) are deleted and the new log start (``low_watermark``) answered; followers delete
+        the same from their next fetch. The log starts are checkpointed before the answer, so a restart of this
+        broker does not bring deleted records back."""
+        results, deleted = [], False
+        for entry in body["partitions"]:
+            topic, number = entry["topic"], entry["partition"]
+            answer = {"topic": topic, "partition": number, "low_watermark": -1}
+            try:
+                answer.update(error_code=0, low_watermark=self._delete_records(topic, number, entry["offset"]))
+                deleted = True
+            except AdsError as exc:
+                answer.update(error_code=int(exc.code), message=exc.message or str(exc))
+            results.append(answer)
+        if deleted:
+            self.broker.logs.checkpoint_recovery_points()
+        return {"error_code": 0, "partitions": results}
+
+    def _delete_records(self, topic: str, number: int, offset: int) -> int:
+        if is_internal(topic):
+            raise InvalidTopicError(f"records of the internal topic {topic} cannot be deleted")
+        partition = self.broker.replica_manager.maybe_get(topic, number)
+        if partition is None:
+            if self.broker.metadata.partition(topic, number) is None:
+                raise UnknownTopicOrPartitionError(f"{topic}-{number} does not exist")
+            raise NotLeaderOrFollowerError(f"broker {self.broker.broker_id} does not lead {topic}-{number}")
+        return partition.delete_records(offset, now_ms())
 
     def handle_create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Grow a topic to ``partitions`` (Kafka's CreatePartitions): refused for a decrease or the same count;
@@ -54,7 +88,7 @@ class AdminHandlers:
         total = wire.require(body, "partitions", int, "create_partitions")
         if not 1 <= total <= PARTITIONS_PER_TOPIC_MAX:
             raise InvalidPartitionsError(f"partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {total}")
-        added = self._membership().add_partitions(topic, total)
+        added = self._membership().add_partitions(topic, total, validate_only=bool(body.get("validate_only")))
         return {"error_code": 0, "topic": topic, "partitions": total,
                 "added": [{"partition": p, "replicas": list(r)} for p, r in sorted(added.items())]}
 
@@ -167,6 +201,9 @@ class AdminHandlers:
                   for name, partitions, replication_factor, assignment, config, observers in plans]
         results = []
         for name, plan, config, observers in placed:
+            if body.get("validate_only"):  # every check above ran; nothing is written
+                results.append({"topic": name, "error_code": 0, "partitions": len(plan), "config": config})
+                continue
             membership.create_planned_topic(name, plan, config, observers)
             results.append({"topic": name, "error_code": 0})
         return {"error_code": 0, "topics": results}
@@ -234,7 +271,8 @@ class AdminHandlers:
         updated.update(to_set)
         replication_factor = membership.replication_factor(topic)
         validated = validate_topic_config(updated, replication_factor)
-        membership.set_topic_config(topic, validated)
+        if not body.get("validate_only"):
+            membership.set_topic_config(topic, validated)
         return {"error_code": 0, "topic": topic, "overrides": validated}
 
 

@@ -70,6 +70,7 @@ TOPICS_OF: dict[str, Callable[[dict], list[str]]] = {
     "create_topics": _created_topics,
     "delete_topics": _listed_topics,
     "create_partitions": _one_topic,
+    "delete_records": _partition_topics,
     "describe_configs": _one_topic,
     "alter_configs": _one_topic,
 }

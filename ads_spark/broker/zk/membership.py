@@ -280,10 +280,10 @@ class ZkMembership:
             raise InvalidReplicaAssignmentError("a broker cannot hold both a replica and an observer of a partition")
         return plan
 
-    def add_partitions(self, name: str, total: int) -> dict[int, list[int]]:
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> dict[int, list[int]]:
         """Grow topic ``name`` to ``total`` partitions, placed rack-aware over the live brokers (the existing
         ones untouched); returns the new partitions' replicas. A decrease or the same count is refused
-        naming the topic and both counts, and nothing is written."""
+        naming the topic and both counts, and nothing is written (``validate_only``: nothing in any case)."""
         topic = self.zk.read_topic(name)
         if topic is None:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
@@ -295,6 +295,8 @@ class ZkMembership:
         observers = list(topic["observers"].get(0, []))  # every partition of a topic has the same observers
         racks = {b: info.get("rack") for b, info in self.zk.live_brokers().items() if b not in observers}
         added = assign_added_partitions(existing, total, racks)
+        if validate_only:
+            return added
         self.zk.add_partitions(name, added, {p: observers for p in added} if observers else None, len(existing))
         return added
 
