@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml $(wildcard ads_spark/*/*.c)
 	@bash scripts/ensure-java.sh
 	@bash scripts/ensure-netns-tools.sh
 	@bash scripts/ensure-kafka-tools.sh
+	@# The Kafka clients' own suites (tests/integration/test_kafka_suites.py): kafka-python's source archive
+	@# and venv (~20 s), librdkafka's tests from Debian's source package (~75 s). Not fatal: without them
+	@# those two tests skip, saying which command prepares them.
+	@bash scripts/kafka-suites/kafka_python_suite.sh prepare || echo "kafka-python's suite was not prepared" >&2
+	@bash scripts/kafka-suites/librdkafka_suite.sh build || echo "librdkafka's test suite was not built" >&2
 	@touch $(STAMP)
 
 install: $(STAMP)
