@@ -7,7 +7,9 @@ allocated) while other connections are served; connections over ``kafka.connecti
 while an open one keeps being answered. A secured 1-broker cluster (mutual TLS on the Kafka SSL
 listener, plus a SASL_SSL Kafka listener with the admin's login LocalCluster makes) shows: a SASL PLAIN
 login with the right password gets the user's ACLs, a wrong password gets SASL_AUTHENTICATION_FAILED (58) and a closed connection; a client
-certificate is mapped to its principal by ``ssl.principal.mapping.rules``.
+certificate is mapped to its principal by ``ssl.principal.mapping.rules``; confluent-kafka, kafka-python and
+aiokafka each produce (idempotent, acks=all) and consume as a group with commits over SASL_SSL, and
+``kcat -L`` lists over it.
 
 The raw protocol is spoken with kio's own messages over plain sockets, so every byte is the test's.
 """
@@ -21,6 +23,7 @@ import ssl
 import struct
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,7 @@ from ads_spark.cluster import LocalCluster
 from ads_spark.cluster_security import ClusterSecurity
 from ads_spark.kafka import entities
 from tests.fixtures.cluster import start_cluster, stop_cluster
+from tests.fixtures.kafka_clients import LIBRARIES, PRODUCERS, consume_as_group, items, kafka_sasl_endpoint, kcat_args
 
 IDLE_MS = 4000
 CONNECTIONS_MAX = 20
@@ -363,3 +367,29 @@ def test_an_ssl_client_certificate_is_mapped_to_its_principal(secured, tmp_path)
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         with _tls_socket(secured, port, None) as sock:  # no certificate: the handshake or first read fails
             api_versions(sock)
+
+
+def test_the_client_libraries_produce_and_consume_as_a_group_over_sasl_ssl(secured):
+    """Each library as the admin's SASL PLAIN login (its certificate too: the listener requires one)."""
+    endpoint = kafka_sasl_endpoint(secured)
+    assert endpoint.security_protocol == "SASL_SSL" and endpoint.sasl_username == "admin"
+    admin = _admin(secured)
+    try:
+        for library in LIBRARIES:
+            topic, group = f"sasl-{library}", f"sasl-group-{library}"
+            admin.create_topic(topic, partitions=2, replication_factor=1)
+            produced = PRODUCERS[library](endpoint, topic, items(6, library))
+            assert len({(r.partition, r.offset) for r in produced}) == 6, produced
+            run = consume_as_group(library, endpoint, topic, group, members=1, expected=6, timeout_s=30)
+            assert not run.errors, (library, run.errors)
+            handled = [record for _, record in run.records]
+            assert set(Counter(handled).values()) == {1} and set(handled) == set(produced), (library, handled)
+            committed = admin.list_consumer_group_offsets(group)
+            ends = Counter(r.partition for r in produced)
+            assert {tp.partition: meta.offset for tp, meta in committed.items()} == dict(ends), (library, committed)
+    finally:
+        admin.close()
+    listed = subprocess.run([*kcat_args(endpoint), "-L", "-J", "-m", "20"], capture_output=True, text=True,
+                            timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert {f"sasl-{library}" for library in LIBRARIES} <= {t["topic"] for t in json.loads(listed.stdout)["topics"]}
