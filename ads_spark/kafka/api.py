@@ -97,13 +97,7 @@ def registry() -> dict[int, ApiHandler]:
     if _registry is None:
         table: dict[int, ApiHandler] = {}
         for module_name in HANDLER_MODULES:
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name != module_name:
-                    raise
-                continue  # not written yet (while the listener is being built)
-            for entry in module.API_HANDLERS:
+            for entry in importlib.import_module(module_name).API_HANDLERS:
                 if entry.api_key in table:
                     raise RuntimeError(f"API key {entry.api_key} ({entry.name}) is served twice")
                 table[entry.api_key] = entry
