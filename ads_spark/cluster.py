@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -48,10 +49,35 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
+# A cluster keeps each broker's ports across restarts (cluster.json). They are chosen below the kernel's
+# ephemeral range (net.ipv4.ip_local_port_range): a port in that range, free while its broker is down, can be
+# taken by the local end of any outgoing connection or by any port-0 listener, and the broker then cannot
+# start again (seen in parallel test runs once every broker also had a Kafka port and clients).
+FIXED_PORTS_LOW = 10000
+FIXED_PORT_TRIES = 64
+
+
 def free_port() -> int:
+    """A port free now on 127.0.0.1, below the ephemeral range when there is room for one; else any free port."""
+    high = _ephemeral_low() - 1
+    for _ in range(FIXED_PORT_TRIES if high > FIXED_PORTS_LOW else 0):
+        port = random.randint(FIXED_PORTS_LOW, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def pid_alive(pid: int | None) -> bool:

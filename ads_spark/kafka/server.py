@@ -38,7 +38,7 @@ from ads_spark.config_kafka import (
     CONNECTIONS_MAX_KEY, QUEUED_MAX_KEY, REQUEST_MAX_KEY, endpoint_name,
 )
 from ads_spark.errors import AdsError, InvariantViolation
-from ads_spark.kafka import api, frames
+from ads_spark.kafka import api
 from ads_spark.listener_config import SASL_PROTOCOLS, ListenerSpec
 from ads_spark.security.authorizer import ANONYMOUS
 
@@ -54,6 +54,18 @@ BUDGET_WAIT_S = 30.0          # a request waiting for room in queued.max.request
 READ_CHUNK_BYTES = 64 << 10   # one connection's read buffer: the most it holds beyond the budget
 SHUTDOWN_WAIT_S = 2.0         # for every connection thread together
 REFUSAL_LOG_INTERVAL_S = 10.0  # one log line per this long about connections refused over the bound
+
+
+# ads_spark.kafka.frames, imported with a broker's first Kafka connection: it brings kio (~0.2 s), and most
+# brokers (every test broker) never see a Kafka client.
+frames: Any = None
+
+
+def _load_frames() -> None:
+    global frames
+    if frames is None:
+        from ads_spark.kafka import frames as module
+        frames = module
 
 
 class _Closed(Exception):
@@ -168,13 +180,24 @@ def open_servers(broker) -> dict[str, "KafkaServer"]:
         for server in servers.values():
             server.shutdown()
         raise
-    threading.Thread(target=_load_message_classes, name="kafka-classes", daemon=True).start()
     return servers
 
 
+_classes_loading = threading.Event()
+
+
+def _start_loading_message_classes() -> None:
+    """On the broker's first Kafka connection, import kio's classes of every served version in a thread, so
+    later clients' first requests do not pay for them (a first ApiVersions took 25-69 ms loading them). Not at
+    start: it costs ~0.5 s of CPU, and most brokers (every test broker) never see a Kafka client."""
+    if not _classes_loading.is_set():
+        _classes_loading.set()
+        threading.Thread(target=_load_message_classes, name="kafka-classes", daemon=True).start()
+
+
 def _load_message_classes() -> None:
-    """Import kio's classes of every served version, off the start-up path: loaded on a client's first request
-    instead, they made its first ApiVersions take 25-69 ms (docs/perf/kafka-clients.md)."""
+    """Import kio's classes of every served version (the warm-up ``_start_loading_message_classes`` starts)."""
+    _load_frames()
     try:
         for entry in api.registry().values():
             for version in range(entry.min_version, entry.max_version + 1):
@@ -237,6 +260,7 @@ class KafkaServer:
                 log.warning("Kafka listener %s: accept failed", self.spec.name, exc_info=True)
                 time.sleep(ACCEPT_POLL_S)
                 continue
+            _start_loading_message_classes()
             if not self.shared.admit():
                 self._log_refusal(peer[0])
                 _close_quietly(sock)
@@ -347,6 +371,7 @@ class _Connection:
         self.shared = server.shared
         self.sock = sock
         self.state = state
+        _load_frames()
         self.table = api.registry()
         self._scratch = memoryview(bytearray(READ_CHUNK_BYTES))
 

@@ -246,6 +246,10 @@ def test_authenticate_on_a_sasl_listener(tmp_path, zookeeper_server, zk_chroot):
         sasl_port = broker.endpoints["SASL_PLAINTEXT"][1]
         answer = _authenticate(sasl_port, "alice", "right-password")
         assert answer["principal"] == "User:alice" and answer["token"].startswith("ads1.")
+        # The broker's credential cache loads alice from ZooKeeper after the login (which read her there);
+        # under load that takes a moment (seen once: "token revoked: its user was deleted" meanwhile).
+        wait_until(lambda: broker.security.credential_version_of("alice") is not None, timeout_s=30,
+                   what="alice in the broker's credential cache")
         assert broker.security.principal_for_token(answer["token"]) == "User:alice"
         refusals = []
         for username, password in (("alice", "wrong-password"), ("nobody", "right-password")):

@@ -381,6 +381,10 @@ def test_consumer_groups_are_guarded_by_group_acls_and_commits_by_topic_acls(set
             timeout_s=60, what="the other group's coordinator")
         admin_at_hidden = raw_client(setup["admin_config"], (hidden_at["host"], hidden_at["port"]))
         try:
+            # The coordinator may answer before it has loaded its __consumer_offsets partition (15, 14:
+            # retriable, as clients treat them); seen under a loaded parallel run.
+            wait_until(lambda: _code(action(admin_at_hidden, "offset_commit", _commit_body(hidden, readable)))
+                       not in (14, 15), timeout_s=60, what="the hidden group's coordinator to load")
             assert _code(action(admin_at_hidden, "offset_commit", _commit_body(hidden, readable))) == 0
         finally:
             admin_at_hidden.close()

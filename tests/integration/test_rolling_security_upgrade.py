@@ -41,7 +41,9 @@ pytestmark = pytest.mark.integration
 PRINCIPAL = f"User:{WORKLOAD_NAME}"
 WORKLOAD_ACLS = [("Topic", runner.TOPIC, op) for op in ("Write", "Read", "Describe")] + \
                 [("Cluster", "kafka-cluster", "IdempotentWrite")]
-BOUND_S = 150
+# The whole upgrade's bound. 12 rolling restarts of 5-13 s each took 169 s in a loaded parallel run (150 was
+# the bound before): the bound is the test's, not a figure of the product.
+BOUND_S = 210
 
 
 def _acls() -> list[AclBinding]:
