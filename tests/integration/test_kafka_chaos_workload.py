@@ -2,7 +2,9 @@
 (acks=all, idempotent) and reads through the brokers' Kafka listeners during ``kill-leader`` and
 ``rolling-restart``; nothing acknowledged may be lost, nothing stored twice, no offset may hold two values
 and replicas must agree below their HW. Short runs with a fixed seed, as the other chaos tests; the long
-run is ``ads chaos run --scenario kill-leader --client kafka --duration 600``.
+run is ``ads chaos run --scenario kill-leader --client kafka --duration 600``. Process faults on 127.0.0.1
+only (no network namespaces), so it runs beside the integration tests rather than in the chaos lane, which
+is the suite's longest.
 """
 
 from __future__ import annotations
