@@ -279,10 +279,12 @@ def fetch_partition_answer(partition: int, meta: dict, records: bytes) -> dict:
             "preferred_read_replica": -1, "records": records}
 
 
-def encode_records(batches: list) -> bytes:
+def encode_records(batches: list) -> bytes | bytearray:
     """The stored (batch, header) pairs as Kafka batches v2, back to back (b"" for none, never null)."""
     if not batches:
         return b""
+    if len(batches) == 1:  # as it is: a join would copy it (kio writes any bytes-like value)
+        return record_batches.encode_batch(*batches[0])
     return b"".join([record_batches.encode_batch(batch, header) for batch, header in batches])
 
 
