@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,19 +58,35 @@ FIXED_PORT_TRIES = 64
 
 
 def free_port() -> int:
-    """A port free now on 127.0.0.1, below the ephemeral range when there is room for one; else any free port."""
+    """A port free now on 127.0.0.1, below the ephemeral range when there is room; else any free port.
+
+    Ports are handed out from a cursor that walks the range from a point set by this process's id, so one
+    process never hands out a port twice (random picks did: a cluster's ports are all chosen before any
+    broker binds, and two brokers of one run were given the same port) and processes running side by side
+    start far apart."""
+    global _port_cursor
     high = _ephemeral_low() - 1
-    for _ in range(FIXED_PORT_TRIES if high > FIXED_PORTS_LOW else 0):
-        port = random.randint(FIXED_PORTS_LOW, high)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+    if high > FIXED_PORTS_LOW:
+        span = high - FIXED_PORTS_LOW + 1
+        with _port_lock:
+            if _port_cursor is None:
+                _port_cursor = (os.getpid() * 7919) % span
+            for _ in range(FIXED_PORT_TRIES):
+                port = FIXED_PORTS_LOW + _port_cursor
+                _port_cursor = (_port_cursor + 1) % span
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    try:
+                        sock.bind(("127.0.0.1", port))
+                    except OSError:
+                        continue
+                    return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+_port_cursor: int | None = None
+_port_lock = threading.Lock()
 
 
 def _ephemeral_low() -> int:

@@ -172,7 +172,10 @@ def test_committer_commits_the_newest_offsets_once_and_flushes_on_close():
     committer.submit({}, newest)
     admin.release.set()
     committer.close(timeout_s=10)
-    assert [offsets[TopicPartition("t", 0)].offset for _, offsets in admin.commits] in ([7, 10], [10])
+    committed = [offsets[TopicPartition("t", 0)].offset for _, offsets in admin.commits]
+    # The first commit may have taken 7 or, if the worker was slower than the submits, 9 (seen once); then the
+    # slot holds only the newest: at most two commits, in order, ending with the newest.
+    assert committed in ([7, 10], [9, 10], [10]), committed
     committer.submit({}, newest)  # closed: nothing more
     assert admin.commits[-1][1][TopicPartition("t", 1)].offset == 4
 
