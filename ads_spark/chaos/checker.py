@@ -6,6 +6,12 @@ workload saw; the verdict counts:
 * lost: acknowledged (ok with an offset), then not readable at the end;
 * unseen: sent with an unknown outcome (timed out) and not readable (not an error);
 * duplicated: one value stored at two offsets;
+* resent_under_new_epoch (only when the run says which producer wrote each offset, ``producer_at``): a
+  value whose copies carry different epochs of one producer id, each later copy a higher epoch: the
+  client re-sent it after bumping its epoch and restarting its sequences, which the protocol treats as
+  a new write no broker can tell from the first. librdkafka does so for batches that may have been
+  stored (its issue #4953); it is counted apart from ``duplicated``, which then holds only copies one
+  (producer, epoch) wrote twice: a dedupe failure of the brokers;
 * inconsistent_offsets: one offset holding different values in different reads
   (the final read, consumers, an acknowledgement's offset);
 * non_monotonic: a consumer that saw offsets of one partition go backwards;
@@ -19,9 +25,12 @@ workload saw; the verdict counts:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
+
+# (partition, offset) -> (producer id, producer epoch) of the batch holding it, None when not known
+ProducerAt = Callable[[int, int], Optional[tuple[int, int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,7 @@ class Verdict:
     lost: int = 0
     unseen: int = 0
     duplicated: int = 0
+    resent_under_new_epoch: int = 0
     inconsistent_offsets: int = 0
     non_monotonic: int = 0
     aborted_reads: int = 0
@@ -76,10 +86,12 @@ class Verdict:
 def check(attempts: Sequence[Attempt], final_reads: Mapping[int, Sequence[tuple[int, bytes]]],
           consumer_reads: Sequence[Sequence[tuple[int, int, bytes]]] = (),
           replica_batches: Mapping[int, Mapping[int, Sequence[tuple]]] | None = None,
-          nemesis: Sequence[NemesisWindow] = (), run_window_s: tuple[float, float] | None = None) -> Verdict:
+          nemesis: Sequence[NemesisWindow] = (), run_window_s: tuple[float, float] | None = None,
+          producer_at: ProducerAt | None = None) -> Verdict:
     """``final_reads``: partition -> (offset, value) of everything readable at the end;
     ``consumer_reads``: per consumer, (partition, offset, value) in the order seen;
-    ``replica_batches``: partition -> broker -> batches below that replica's HW."""
+    ``replica_batches``: partition -> broker -> batches below that replica's HW;
+    ``producer_at``: given only for a client known to re-send under a bumped epoch (see the module)."""
     v = Verdict()
     stored: dict[bytes, list[tuple[int, int]]] = {}
     at_offset: dict[tuple[int, int], set[bytes]] = {}
@@ -109,7 +121,13 @@ def check(attempts: Sequence[Attempt], final_reads: Mapping[int, Sequence[tuple[
             v.aborted_reads += 1
             v.examples.setdefault("aborted_reads", []).append(attempt.value)
     for value, places in stored.items():
-        if len(places) > 1:
+        if len(places) <= 1:
+            continue
+        if producer_at is not None and _resent_under_new_epoch(sorted(places), producer_at):
+            v.resent_under_new_epoch += 1
+            v.examples.setdefault("resent_under_new_epoch", []).append(
+                (value, [(p, o, producer_at(p, o)) for p, o in sorted(places)]))
+        else:
             v.duplicated += 1
             v.examples.setdefault("duplicated", []).append((value, places))
     for key, values in at_offset.items():
@@ -119,6 +137,15 @@ def check(attempts: Sequence[Attempt], final_reads: Mapping[int, Sequence[tuple[
     v.replica_divergence = _divergence(replica_batches or {}, v)
     _availability(attempts, nemesis, run_window_s, v)
     return v
+
+
+def _resent_under_new_epoch(places: Sequence[tuple[int, int]], producer_at: ProducerAt) -> bool:
+    """Every copy written by one producer id, the epochs strictly rising in offset order (a copy whose
+    producer is unknown, or two under one epoch, is a duplicate)."""
+    writers = [producer_at(partition, offset) for partition, offset in places]
+    if any(w is None or w[0] < 0 for w in writers) or len({p for p, _ in places}) != 1:
+        return False
+    return len({w[0] for w in writers}) == 1 and all(a[1] < b[1] for a, b in zip(writers, writers[1:]))
 
 
 def _divergence(replica_batches: Mapping[int, Mapping[int, Sequence[tuple]]], v: Verdict) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ads_spark.chaos.checker import FAILED, OK, UNKNOWN, Attempt, NemesisWindow, check
+from ads_spark.chaos.runner import producers_by_offset
 
 
 def ok(value, offset, t=1.0, partition=0):
@@ -38,3 +39,30 @@ def test_longest_outage_names_the_fault_active_then():
     assert v.ok_share == 0.75 and v.errors == {"failed": 1}
     # seconds [0.5, 1.5), [5.5, 6.5) and [6.5, 7.0) saw a success; the 4 in between did not
     assert v.availability == round(3 / 7, 4)
+
+
+# A second copy under a bumped producer epoch (librdkafka's re-send) versus one (producer, epoch) stored twice.
+# Batches as replica_status reports them: base offset, count, leader epoch, CRC, producer id, epoch, sequence.
+RESENT_BATCHES = {0: {1: [(0, 2, 0, 11, 7, 0, 0), (2, 1, 0, 12, 7, 0, 2), (3, 1, 0, 13, 7, 1, 0),
+                          (4, 1, 0, 14, 7, 1, 1), (5, 1, 0, 15, -1, -1, -1), (6, 1, 0, 16, -1, -1, -1)]}}
+RESENT_FINAL = {0: [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"c"), (4, b"b"), (5, b"e"), (6, b"e")]}
+
+
+def test_a_copy_under_a_higher_epoch_of_the_same_producer_is_counted_apart_from_duplicates():
+    producer_at = producers_by_offset(RESENT_BATCHES)
+    assert (producer_at(0, 1), producer_at(0, 3), producer_at(0, 9), producer_at(1, 0)) == ((7, 0), (7, 1), None, None)
+    v = check([], RESENT_FINAL, producer_at=producer_at)
+    # c: epoch 0 then 1 -> re-sent; b: offsets 1 (epoch 0) and 4 (epoch 1) -> re-sent; e: no producer -> duplicate
+    assert (v.resent_under_new_epoch, v.duplicated) == (2, 1), v.examples
+    assert v.valid is False
+
+
+def test_without_producer_metadata_every_second_copy_is_a_duplicate():
+    v = check([], RESENT_FINAL)
+    assert (v.resent_under_new_epoch, v.duplicated) == (0, 3)
+
+
+def test_two_copies_under_one_producer_epoch_are_a_duplicate_even_with_producer_metadata():
+    batches = {0: {1: [(0, 1, 0, 1, 7, 2, 5), (1, 1, 1, 2, 7, 2, 6)]}}
+    v = check([], {0: [(0, b"a"), (1, b"a")]}, producer_at=producers_by_offset(batches))
+    assert (v.resent_under_new_epoch, v.duplicated) == (0, 1)

@@ -64,7 +64,9 @@ class VerifyHandlers:
             for _batch, header in partition.log.batches(start):
                 if header.base_offset >= high_watermark or len(batches) >= BATCHES_REPORTED_MAX:
                     break
-                batches.append([header.base_offset, header.record_count, header.leader_epoch, header.crc])
+                # the producer fields last: readers that index the first four are unaffected
+                batches.append([header.base_offset, header.record_count, header.leader_epoch, header.crc,
+                                header.producer_id, header.producer_epoch, header.base_sequence])
             state = partition.state
             partitions.append({"topic": partition.topic, "partition": partition.partition, "role": role,
                                "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch,
