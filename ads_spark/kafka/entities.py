@@ -9,6 +9,10 @@ kio's field names, and ``build`` makes the entity of the version asked for: fiel
 are dropped, fields the handler left out take the field's default or the zero of its type, and values
 are converted by the field's Kafka type. One place knows kio's typing rules.
 
+A ``bytes`` or ``records`` value may be a ``Chunks`` (several buffers meant back to back): ``Parts``, the
+writable kio writes into, keeps them by reference, so a fetch answer's batches are never joined or copied
+into the frame (frames.encode_response_parts; the server sends the buffers with sendmsg).
+
 Throttling does not exist in ADS, so every ``throttle_time`` is 0 (left out by handlers).
 """
 
@@ -17,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
 import logging
 import types
 import typing
@@ -154,6 +157,54 @@ class _LazyZero:
         self.cls = cls
 
 
+class Chunks:
+    """Buffers a ``bytes`` or ``records`` field holds back to back, passed to kio in place of one bytes
+    value: kio's writers take ``len`` and hand the value to ``write``, where ``Parts`` keeps the buffers
+    as they are. Joining a fetch answer's batches, then copying them into the frame, cost two copies of
+    every byte served (docs/perf/kafka-clients.md)."""
+
+    __slots__ = ("parts", "_length")
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self._length = sum(memoryview(part).nbytes for part in parts)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def __eq__(self, other: object) -> bool:
+        return bytes(self) == (bytes(other) if isinstance(other, (Chunks, bytes, bytearray, memoryview)) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Parts:
+    """The writable kio writes a response into: small writes gather in a bytearray, ``Chunks`` are kept by
+    reference between them."""
+
+    def __init__(self):
+        self.parts: list = []
+        self._current = bytearray()
+
+    def write(self, data) -> int:
+        if isinstance(data, Chunks):
+            if self._current:
+                self.parts.append(self._current)
+                self._current = bytearray()
+            self.parts.extend(data.parts)
+            return len(data)
+        self._current += data
+        return len(data)
+
+    def finish(self) -> list:
+        if self._current:
+            self.parts.append(self._current)
+        return self.parts
+
+
 def build(cls: type, value: dict[str, Any]) -> Any:
     """The ``cls`` entity of a handler's plain answer (see the module docstring). Keys the version does not
     have are ignored; that is what makes one answer serve every version."""
@@ -172,9 +223,9 @@ def build(cls: type, value: dict[str, Any]) -> Any:
 
 def encode(cls: type, entity: Any) -> bytes:
     """The entity's body bytes (no size prefix, no header)."""
-    buffer = io.BytesIO()
-    entity_writer(cls)(buffer, entity)
-    return buffer.getvalue()
+    parts = Parts()
+    entity_writer(cls)(parts, entity)
+    return b"".join(parts.finish())
 
 
 def field_names(cls: type) -> frozenset[str]:

@@ -9,14 +9,15 @@ asks ``decode_request`` what it is: a ``Request`` to dispatch, a ``Reply`` to se
 table, as Kafka does, so that a client that tries v4 first learns which to use), or ``Close`` with the
 reason to log (an unknown API key or version, a header or body kio cannot decode). Bytes after a
 decoded body are left unread, as Kafka leaves them.
-``encode_response`` frames a handler's answer: size, response header (v0, or v1 for flexible versions;
-ApiVersions' is v0 at every version: kio's ``__header_schema__`` of the response says which) and body.
+``encode_response_parts`` frames a handler's answer: size, response header (v0, or v1 for flexible
+versions; ApiVersions' is v0 at every version: kio's ``__header_schema__`` of the response says which) and
+body, as a list of buffers to send in order (``encode_response``: the same joined). A handler's ``entities.Chunks``
+(a fetch answer's encoded record batches) enter that list by reference, never copied: megabytes per answer.
 Kept apart from the sockets so that every outcome is unit-tested with bytes.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import struct
 from dataclasses import dataclass
@@ -186,19 +187,24 @@ def api_versions_fallback(correlation_id: int, table: Mapping[int, ApiHandler]) 
                            {"error_code": UNSUPPORTED_VERSION, "api_keys": keys})
 
 
-def encode_response(correlation_id: int, api_key: int, version: int, value: Mapping[str, Any]) -> memoryview:
-    """The whole response frame of a handler's plain answer (``entities.build`` makes the entity), written
-    once: prefix and header first, the body after them in the same buffer, the size patched in last. A fetch
-    answer is megabytes of records; copying the body out and concatenating the frame cost ~1.2 ms per 8 MiB
-    answer, a third of the Kafka-specific work (docs/perf/kafka-clients.md)."""
+def encode_response_parts(correlation_id: int, api_key: int, version: int, value: Mapping[str, Any]) -> list:
+    """The response frame of a handler's plain answer (``entities.build`` makes the entity) as buffers to
+    send in order: the first holds the size prefix (patched in last) and the header."""
     response_cls = entities.response_class(api_key, version)
     entity = entities.build(response_cls, dict(value))
-    buffer = io.BytesIO()
-    buffer.write(_header(0, correlation_id, response_cls.__header_schema__.__version__))
-    entity_writer(response_cls)(buffer, entity)
-    view = buffer.getbuffer()  # keeps the buffer alive; no copy
-    _SIZE.pack_into(view, 0, len(view) - SIZE_PREFIX_BYTES)
-    return view
+    parts = entities.Parts()
+    parts.write(_header(0, correlation_id, response_cls.__header_schema__.__version__))
+    entity_writer(response_cls)(parts, entity)
+    buffers = parts.finish()
+    total = sum(memoryview(buffer).nbytes for buffer in buffers)
+    _SIZE.pack_into(buffers[0], 0, total - SIZE_PREFIX_BYTES)
+    return buffers
+
+
+def encode_response(correlation_id: int, api_key: int, version: int, value: Mapping[str, Any]) -> bytes:
+    """``encode_response_parts`` joined into one frame."""
+    parts = encode_response_parts(correlation_id, api_key, version, value)
+    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
 
 def frame(correlation_id: int, header_version: int, body: bytes) -> bytes:

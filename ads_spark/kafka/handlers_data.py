@@ -34,7 +34,7 @@ from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRecordError, RequestTimedOutError, UnsupportedCompressionTypeError,
 )
-from ads_spark.kafka import bridge, record_batches
+from ads_spark.kafka import bridge, entities, record_batches
 from ads_spark.kafka.api import ApiHandler, KafkaCall
 from ads_spark.protocol import request_schemas, wire
 from ads_spark.protocol.names import is_valid_topic_name
@@ -279,13 +279,14 @@ def fetch_partition_answer(partition: int, meta: dict, records: bytes) -> dict:
             "preferred_read_replica": -1, "records": records}
 
 
-def encode_records(batches: list) -> bytes | bytearray:
-    """The stored (batch, header) pairs as Kafka batches v2, back to back (b"" for none, never null)."""
+def encode_records(batches: list) -> bytes | bytearray | entities.Chunks:
+    """The stored (batch, header) pairs as Kafka batches v2, back to back (b"" for none, never null); several
+    stay separate buffers (``entities.Chunks``), sent as they are."""
     if not batches:
         return b""
-    if len(batches) == 1:  # as it is: a join would copy it (kio writes any bytes-like value)
+    if len(batches) == 1:
         return record_batches.encode_batch(*batches[0])
-    return b"".join([record_batches.encode_batch(batch, header) for batch, header in batches])
+    return entities.Chunks([record_batches.encode_batch(batch, header) for batch, header in batches])
 
 
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # Kafka's v2 batch header; the CRC-32C covers attributes on

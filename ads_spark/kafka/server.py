@@ -68,6 +68,31 @@ def _load_frames() -> None:
         frames = module
 
 
+SENDMSG_BUFFERS_MAX = 512  # below IOV_MAX (1024 on Linux): one sendmsg takes at most this many buffers
+
+
+def _remaining_s(deadline: float) -> float:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise socket.timeout(f"an answer not sent within {SEND_TIMEOUT_S}s")
+    return remaining
+
+
+def _send_gathered(sock: socket.socket, parts: list, deadline: float) -> None:
+    """``parts`` in order through sendmsg (scatter/gather: no copy into one buffer), resuming after a short
+    send, all before ``deadline``."""
+    views = [memoryview(part).cast("B") for part in parts]
+    first = 0
+    while first < len(views):
+        sock.settimeout(_remaining_s(deadline))
+        sent = sock.sendmsg(views[first:first + SENDMSG_BUFFERS_MAX])
+        while first < len(views) and sent >= views[first].nbytes:
+            sent -= views[first].nbytes
+            first += 1
+        if sent:
+            views[first] = views[first][sent:]
+
+
 class _Closed(Exception):
     """End this connection; the text is the log line's reason (None: the client went away, say nothing)."""
 
@@ -389,8 +414,7 @@ class _Connection:
                 self._read_body(body, size)
                 answer = self._serve_frame(body)
                 if answer is not None:
-                    self.sock.settimeout(SEND_TIMEOUT_S)
-                    self.sock.sendall(answer)
+                    self._send(answer)
             finally:
                 self.shared.budget.release(len(body))
             if getattr(self.state.sasl, "close_after_response", False):
@@ -440,7 +464,20 @@ class _Connection:
             raise _Closed(f"the client closed the connection in the middle of a frame ({got} of {size} bytes)")
         return count
 
-    def _serve_frame(self, body: bytearray) -> bytes | None:
+    def _send(self, answer: bytes | list) -> None:
+        """One response frame: bytes, or the buffers of ``frames.encode_response_parts`` sent in order with
+        as few system calls as the socket allows (a TLS socket has no sendmsg: one write per buffer), all
+        within SEND_TIMEOUT_S."""
+        deadline = time.monotonic() + SEND_TIMEOUT_S
+        parts = answer if isinstance(answer, list) else [answer]
+        if isinstance(self.sock, ssl.SSLSocket) or len(parts) == 1:
+            for part in parts:
+                self.sock.settimeout(_remaining_s(deadline))
+                self.sock.sendall(part)
+        else:
+            _send_gathered(self.sock, parts, deadline)
+
+    def _serve_frame(self, body: bytearray) -> bytes | list | None:
         outcome = frames.decode_request(body, self.table)
         if isinstance(outcome, frames.Close):
             raise _Closed(outcome.reason + _who(outcome.header))
@@ -455,7 +492,7 @@ class _Connection:
         if answer is None:
             return None
         header = outcome.header
-        return frames.encode_response(header.correlation_id, header.api_key, header.api_version, answer)
+        return frames.encode_response_parts(header.correlation_id, header.api_key, header.api_version, answer)
 
     def _call(self, request: frames.Request) -> Any:
         call = api.KafkaCall(self.server.broker, request.header, self.state)

@@ -148,3 +148,19 @@ def test_a_response_header_is_v0_for_non_flexible_versions_and_api_versions_and_
     assert len(metadata_v9) - len(frames.frame(5, 0, b"")) > 0
     assert frames.frame(5, 0, b"xy") == struct.pack(">ii", 6, 5) + b"xy"
     assert frames.frame(5, 1, b"xy") == struct.pack(">ii", 7, 5) + b"\x00xy"
+
+
+def test_records_given_as_chunks_are_sent_as_the_same_buffers_and_frame_like_joined_bytes():
+    from ads_spark.kafka import entities
+
+    batches = [bytearray(b"A" * 100), bytearray(b"B" * 50)]
+    answer = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "high_watermark": 9,
+                                                          "records": entities.Chunks(batches)}]}]}
+    joined_answer = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "high_watermark": 9,
+                                                                 "records": b"A" * 100 + b"B" * 50}]}]}
+    for version in (4, 12):  # legacy and compact (flexible) records
+        parts = frames.encode_response_parts(7, 1, version, answer)
+        assert any(part is batches[0] for part in parts) and any(part is batches[1] for part in parts)
+        assert b"".join(parts) == frames.encode_response(7, 1, version, joined_answer)
+        size, correlation_id = struct.unpack_from(">ii", parts[0])
+        assert size == sum(len(part) for part in parts) - 4 and correlation_id == 7

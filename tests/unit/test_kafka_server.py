@@ -156,3 +156,30 @@ def test_sasl_plain_logs_in_once_and_every_refusal_closes_the_connection_after_i
     skipped = _sasl_call("SASL_SSL", 1)  # SaslAuthenticate without a handshake first
     assert handle_sasl_authenticate(skipped, SimpleNamespace(auth_bytes=b"\x00alice\x00right"))["error_code"] == 34
     assert not skipped.connection.authenticated
+
+
+def test_gathered_send_delivers_every_buffer_in_order_across_short_sends():
+    from ads_spark.kafka.server import SENDMSG_BUFFERS_MAX, _send_gathered
+
+    # more buffers than one sendmsg takes, and more bytes than a socket buffer holds: short sends happen
+    parts = [bytearray(bytes([i % 251]) * (1 + i * 97 % 9000)) for i in range(SENDMSG_BUFFERS_MAX * 2 + 3)]
+    expected = b"".join(parts)
+    sender, receiver = socket.socketpair()
+    received = bytearray()
+
+    def drain():
+        while len(received) < len(expected):
+            chunk = receiver.recv(65536)
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        _send_gathered(sender, parts, time.monotonic() + 30)
+        reader.join(30)
+    finally:
+        sender.close()
+        receiver.close()
+    assert bytes(received) == expected
