@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import ssl
+import sys
 import threading
 import time
 from typing import Any
@@ -59,13 +60,30 @@ REFUSAL_LOG_INTERVAL_S = 10.0  # one log line per this long about connections re
 # ads_spark.kafka.frames, imported with a broker's first Kafka connection: it brings kio (~0.2 s), and most
 # brokers (every test broker) never see a Kafka client.
 frames: Any = None
+_frames_lock = threading.Lock()
 
 
 def _load_frames() -> None:
     global frames
-    if frames is None:
+    with _frames_lock:
+        if frames is None:
+            frames = _import_frames_without_hypothesis()
+
+
+def _import_frames_without_hypothesis():
+    """Import frames (and kio) with ``hypothesis`` hidden, unless this process already uses it. kio's
+    typed primitives register Hypothesis strategies whenever Hypothesis is importable: ~3 s of CPU per
+    broker on its first Kafka connection where the test extras are installed (profiled under the
+    producer benchmark), for strategies a broker never draws."""
+    hide = "hypothesis" not in sys.modules
+    if hide:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
         from ads_spark.kafka import frames as module
-        frames = module
+    finally:
+        if hide and sys.modules.get("hypothesis", False) is None:
+            del sys.modules["hypothesis"]
+    return module
 
 
 SENDMSG_BUFFERS_MAX = 512  # below IOV_MAX (1024 on Linux): one sendmsg takes at most this many buffers
