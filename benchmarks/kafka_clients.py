@@ -9,7 +9,9 @@ first (A/B, B/A) so drift on this shared machine hits both alike:
 * ``own produce_batched``: ``Producer.produce_arrow`` batches of 512, acks=all (``benchmarks.compare``'s
   case, the issue's reference); ``own produce_record``: the per-record ``Producer.produce`` (linger.ms=5);
 * ``kafka produce``: confluent-kafka ``Producer.produce`` per record into the brokers' Kafka listener,
-  acks=all, idempotent, the settings of ``KAFKA_PRODUCER`` (librdkafka's linger and batch defaults);
+  acks=all, idempotent, the settings of ``KAFKA_PRODUCER``, delivery reports for failures only and the
+  client polled every ``KAFKA_POLL_EVERY`` records (how a producer at full speed is written);
+  ``kafka produce_each_report``: the same with a delivery callback per record and a poll per record;
 * ``own consume`` (``Consumer.poll``, the record API), ``own consume_arrow`` (``fetch_arrow``) and
   ``kafka consume`` (confluent-kafka ``Consumer.assign`` from offset 0, ``consume`` 10,000 at a time):
   all three read the same topic, once written by the own client and once by the Kafka client.
@@ -66,8 +68,12 @@ KAFKA_CONSUMER = {"enable.auto.commit": False, "auto.offset.reset": "earliest",
                   "max.partition.fetch.bytes": 8 << 20, "fetch.max.bytes": 50 << 20, "fetch.wait.max.ms": 500,
                   "fetch.queue.backoff.ms": 10}
 KAFKA_CONSUME_BATCH = 10_000
-RATIOS = {"produce": (("kafka", "produce"), ("own", "produce_batched")),
-          "produce vs own per-record": (("kafka", "produce"), ("own", "produce_record")),
+KAFKA_POLL_EVERY = 1_000  # the lean producer serves its client (reports, callbacks) this often
+KAFKA_PRODUCE_BATCH = 512  # records per produce_batch call: the own produce_batched's batch
+RATIOS = {"produce, batched (produce_batch vs produce_batched)": (("kafka", "produce_batch"), ("own", "produce_batched")),
+          "produce, per record (produce vs produce_record)": (("kafka", "produce"), ("own", "produce_record")),
+          "produce, per record with a report each": (("kafka", "produce_each_report"), ("own", "produce_record")),
+          "produce per record vs own batched": (("kafka", "produce"), ("own", "produce_batched")),
           "consume": (("kafka", "consume"), ("own", "consume")),
           "consume vs own Arrow": (("kafka", "consume"), ("own", "consume_arrow"))}
 TARGET_RATIO = 0.7
@@ -119,32 +125,85 @@ class Phase:
 
 
 def kafka_produce(bootstrap: str, topic: str, records: int, phase: Phase) -> int:
-    """confluent-kafka per-record produce after one acknowledged record per partition (as the own
-    client's warm-up: metadata, connections and InitProducerId before the clock starts)."""
+    """confluent-kafka as a producer at full speed is written: delivery reports for failures only
+    (``delivery.report.only.error``: a record is delivered when ``flush`` leaves none and no report came),
+    the client served every ``KAFKA_POLL_EVERY`` records."""
+    return _kafka_produce(bootstrap, topic, records, phase, each_report=False)
+
+
+def kafka_produce_each_report(bootstrap: str, topic: str, records: int, phase: Phase) -> int:
+    """confluent-kafka with a delivery callback per record and ``poll(0)`` after every ``produce``."""
+    return _kafka_produce(bootstrap, topic, records, phase, each_report=True)
+
+
+def kafka_produce_batch(bootstrap: str, topic: str, records: int, phase: Phase) -> int:
+    """confluent-kafka's batched path: ``Producer.produce_batch`` of ``KAFKA_PRODUCE_BATCH`` records to one
+    partition after another (the own ``produce_batched``'s shape), failure reports only."""
     failures: list = []
+    producer = _kafka_producer(bootstrap, topic, failures, each_report=False)
+    value = b"x" * RECORD_BYTES
+    deadline = time.monotonic() + CASE_TIMEOUT_S
+    with phase:
+        for first in range(0, records, KAFKA_PRODUCE_BATCH):
+            messages = [{"value": value} for _ in range(min(KAFKA_PRODUCE_BATCH, records - first))]
+            partition = first // KAFKA_PRODUCE_BATCH % PARTITIONS
+            while messages:  # the ones the full local queue refused (marked '_error') go again after a poll
+                producer.produce_batch(topic, messages, partition=partition,
+                                       on_delivery=lambda err, _msg: failures.append(err) if err else None)
+                messages = [{"value": value} for m in messages if "_error" in m]
+                if messages:
+                    if time.monotonic() > deadline:
+                        raise KafkaException(f"the local queue stayed full for {CASE_TIMEOUT_S}s")
+                    producer.poll(0.05)
+            producer.poll(0)
+        remaining = producer.flush(CASE_TIMEOUT_S)
+    if remaining or failures:
+        raise KafkaException(f"{remaining} records undelivered, {len(failures)} failed: {failures[:3]}")
+    return records
+
+
+def _kafka_producer(bootstrap: str, topic: str, failures: list, each_report: bool):
+    """A producer with ``KAFKA_PRODUCER``'s settings after one acknowledged record per partition (as the own
+    client's warm-up: metadata, connections and InitProducerId before the clock starts)."""
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, **KAFKA_PRODUCER,
+                              "delivery.report.only.error": not each_report,
+                              "error_cb": lambda err: failures.append(err) if err.fatal() else None})
+    for partition in range(PARTITIONS):
+        producer.produce(topic, value=b"w", partition=partition,
+                         on_delivery=lambda err, _msg: failures.append(err) if err else None)
+    if producer.flush(30) or failures:
+        raise RuntimeError(f"warm-up records to {topic} undelivered: {failures[:3]}")
+    return producer
+
+
+def _kafka_produce(bootstrap: str, topic: str, records: int, phase: Phase, each_report: bool) -> int:
+    """Per-record ``produce``."""
+    failures: list = []
+    delivered: list = []
 
     def on_delivery(err, _msg) -> None:
         if err is not None:
             failures.append(err)
+        elif each_report:
+            delivered.append(None)
 
-    producer = KafkaProducer({"bootstrap.servers": bootstrap, **KAFKA_PRODUCER,
-                         "error_cb": lambda err: failures.append(err) if err.fatal() else None})
-    for partition in range(PARTITIONS):
-        producer.produce(topic, value=b"w", partition=partition, on_delivery=on_delivery)
-    if producer.flush(30) or failures:
-        raise RuntimeError(f"warm-up records to {topic} undelivered: {failures[:3]}")
+    producer = _kafka_producer(bootstrap, topic, failures, each_report)
     value = b"x" * RECORD_BYTES
+    poll_every = 1 if each_report else KAFKA_POLL_EVERY
     with phase:
-        for _ in range(records):
+        for n in range(records):
             try:
                 producer.produce(topic, value=value, on_delivery=on_delivery)
             except BufferError:  # the local queue is full: serve delivery reports, then once more
                 producer.poll(0.05)
                 producer.produce(topic, value=value, on_delivery=on_delivery)
-            producer.poll(0)
+            if n % poll_every == 0:
+                producer.poll(0)
         remaining = producer.flush(CASE_TIMEOUT_S)
     if remaining or failures:
         raise KafkaException(f"{remaining} records undelivered, {len(failures)} failed: {failures[:3]}")
+    if each_report and len(delivered) != records:
+        raise KafkaException(f"{len(delivered)} delivery reports for {records} records")
     return records
 
 
@@ -210,7 +269,8 @@ def own_consume_arrow(bootstrap: str, topic: str, records: int, phase: Phase) ->
 
 
 PRODUCERS = {"own": [("produce_batched", own_produce_batched), ("produce_record", own_produce_record)],
-             "kafka": [("produce", kafka_produce)]}
+             "kafka": [("produce_batch", kafka_produce_batch), ("produce", kafka_produce),
+                       ("produce_each_report", kafka_produce_each_report)]}
 READERS = [("own", "consume", own_consume), ("own", "consume_arrow", own_consume_arrow),
            ("kafka", "consume", kafka_consume)]
 
@@ -277,7 +337,8 @@ def summarise(samples: dict, statuses: dict) -> dict:
     return {"rows": rows, "ratios": ratios(samples), "target_ratio": TARGET_RATIO,
             "settings": {"records_per_case": None, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
                          "replication_factor": 3, "topic_config": TOPIC_CONFIG, "kafka_producer": KAFKA_PRODUCER,
-                         "kafka_consumer": KAFKA_CONSUMER, "kafka_consume_batch": KAFKA_CONSUME_BATCH},
+                         "kafka_consumer": KAFKA_CONSUMER, "kafka_consume_batch": KAFKA_CONSUME_BATCH,
+                         "kafka_poll_every": KAFKA_POLL_EVERY},
             "stored_peers": stored_peers()}
 
 
