@@ -175,6 +175,7 @@ InvalidPartitionsError = _ERROR_CLASSES[ErrorCode.INVALID_PARTITIONS]
 InvalidReplicationFactorError = _ERROR_CLASSES[ErrorCode.INVALID_REPLICATION_FACTOR]
 InvalidReplicaAssignmentError = _ERROR_CLASSES[ErrorCode.INVALID_REPLICA_ASSIGNMENT]
 InvalidConfigError = _ERROR_CLASSES[ErrorCode.INVALID_CONFIG]
+PolicyViolationError = _ERROR_CLASSES[ErrorCode.POLICY_VIOLATION]  # an incompatible schema (schemas/)
 NotControllerError = _ERROR_CLASSES[ErrorCode.NOT_CONTROLLER]
 InvalidRequestError = _ERROR_CLASSES[ErrorCode.INVALID_REQUEST]
 OutOfOrderSequenceNumberError = _ERROR_CLASSES[ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]

@@ -33,6 +33,7 @@ from ads_spark.broker.zk.model import (
 )
 from ads_spark.broker.zk.session import DEFAULT_CHROOT, MultiOpFailed, ZkSession
 from ads_spark.broker.zk.tls import ZkTls
+from ads_spark.broker.zk.schemas import ZkSchemas
 from ads_spark.broker.zk.topics import ZkTopics
 from ads_spark.errors import (
     ErrorCode, InvalidRequestError, NotControllerError, StaleControllerEpochError, error_for,
@@ -57,7 +58,7 @@ class BrokerIdInUseError(Exception):
     """Another live session holds ``/brokers/ids/<id>``: two brokers were given the same id."""
 
 
-class ZkClient(ZkTopics, ZkSession):
+class ZkClient(ZkTopics, ZkSchemas, ZkSession):
     """The ADS view of one ZooKeeper session (see the module docstring)."""
 
     def __init__(self, hosts: str, chroot: str = DEFAULT_CHROOT, session_timeout_ms: int = 18000,

@@ -49,6 +49,7 @@ SECURITY_PATH = "/security"
 TOKEN_SECRETS_PATH = "/security/token_secrets"  # JSON list of base64url secrets, newest first
 ACLS_PATH = "/acls"  # /acls/<LITERAL|PREFIXED>/<Topic|Group|Cluster>/<encoded name>: JSON list of ACL dicts
 ACL_CHANGES_PATH = "/acl_changes"
+SCHEMAS_PATH = "/schemas"  # /schemas/<topic>: {"latest": n}; /schemas/<topic>/<n>: a typed topic's version n
 ACL_CHANGE_PREFIX = "acl_change_"
 
 # Created (empty, or with the initial value) when a client first connects.
@@ -99,6 +100,14 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS_PATH}/{validate_topic_name(topic)}"
+
+
+def schemas_path(topic: str) -> str:
+    return f"{SCHEMAS_PATH}/{validate_topic_name(topic)}"
+
+
+def schema_version_path(topic: str, version: int) -> str:
+    return f"{schemas_path(topic)}/{int(version):010d}"
 
 
 def delete_topic_marker_path(topic: str) -> str:
