@@ -38,6 +38,8 @@ log = logging.getLogger("ads.kafka.groups")
 
 _MS = timedelta(milliseconds=1)
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53  # Kafka's code; not one of ADS's own (ADS has no transactions)
 # DescribeGroups: "authorized operations not asked for" (Kafka's Integer.MIN_VALUE), and the ACL operation
 # codes of the bit field (Kafka's AclOperation numbers) of the operations a group has.
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -125,12 +127,18 @@ def coordinator_fields(answer: dict[str, Any]) -> dict[str, Any]:
 
 def find_coordinator(call: KafkaCall, request: Any) -> dict[str, Any]:
     """The group's coordinator on the caller's listener (ADS answers the address of the connection's
-    ``kafka.<NAME>`` endpoint). Transactions do not exist in ADS: another key type is INVALID_REQUEST."""
+    ``kafka.<NAME>`` endpoint). Transactions do not exist in ADS: a transaction coordinator is refused with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the one answer Kafka's clients take as final, so that
+    ``init_transactions`` fails at once with ADS's message instead of retrying until its timeout (as
+    InitProducerId with a transactional id); any other key type is INVALID_REQUEST."""
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
-    if key_type != KEY_TYPE_GROUP:
+    if key_type == KEY_TYPE_TRANSACTION:
+        answer = {"error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                  "message": "ADS has no transactions: no transaction coordinator (transactional producers are "
+                             "refused; idempotent ones are served)"}
+    elif key_type != KEY_TYPE_GROUP:
         answer = {"error_code": int(ErrorCode.INVALID_REQUEST),
-                  "message": f"coordinator key type {key_type} is not served: ADS has no transactions; "
-                             "only group coordinators (key type 0)"}
+                  "message": f"coordinator key type {key_type} is not served: only group coordinators (key type 0)"}
     else:
         answer = ask(call, wire.ACTION_FIND_COORDINATOR, {"key": request.key})
     return coordinator_fields(answer)

@@ -343,3 +343,16 @@ def _one_record_batch() -> bytes:
     builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 16)
     builder.append(0, T0_MS, None, b"to-a-follower", [])
     return bytes(builder.build())
+
+
+def test_a_transactional_producer_fails_at_once_naming_adss_lack_of_transactions(cluster):
+    """init_transactions ends with a fatal error in well under its timeout (it retried until the timeout
+    while the transaction coordinator was answered INVALID_REQUEST)."""
+    from confluent_kafka import KafkaException
+
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-1"})
+    started = time.monotonic()
+    with pytest.raises(KafkaException, match="ADS has no transactions") as raised:
+        producer.init_transactions(30)
+    took_s = time.monotonic() - started
+    assert raised.value.args[0].fatal() and took_s < 10, (took_s, raised.value)

@@ -95,8 +95,11 @@ def test_find_coordinator_answers_the_actions_address(script, version):
 def test_find_coordinator_refuses_a_transactional_key_without_asking(script):
     answer = hg.find_coordinator(make_call(10, 3), request(10, 3, key="tx", key_type=1))
     assert script.calls == []
-    assert answer["error_code"] == ErrorCode.INVALID_REQUEST and "transactions" in answer["error_message"]
+    # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the answer clients take as final (init_transactions fails at once)
+    assert answer["error_code"] == 53 and "ADS has no transactions" in answer["error_message"]
     assert (answer["node_id"], answer["port"]) == (-1, -1)
+    other = hg.find_coordinator(make_call(10, 3), request(10, 3, key="x", key_type=2))
+    assert other["error_code"] == ErrorCode.INVALID_REQUEST and "key type 2" in other["error_message"]
 
 
 def test_find_coordinator_answers_a_refused_call_with_its_code(script):
