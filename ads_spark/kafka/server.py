@@ -23,6 +23,7 @@ reconnect and retry. An ``InvariantViolation`` stops the process (exit 70): cont
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import socket
@@ -84,6 +85,24 @@ def _import_frames_without_hypothesis():
         if hide and sys.modules.get("hypothesis", False) is None:
             del sys.modules["hypothesis"]
     return module
+
+
+# The OS name of a connection's thread (/proc/<pid>/task/*/comm, top -H): at most 15 bytes.
+CONNECTION_THREAD_NAME = "ads-kafka-conn"
+_PR_SET_NAME = 15  # linux/prctl.h
+_libc: Any = None
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread an OS-visible name (Linux prctl; Python 3.11 names only its own objects), so
+    an operator or a test can tell a connection's thread from the broker's others; a no-op elsewhere."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 SENDMSG_BUFFERS_MAX = 512  # below IOV_MAX (1024 on Linux): one sendmsg takes at most this many buffers
@@ -328,6 +347,7 @@ class KafkaServer:
         self._refused, self._refusal_logged_at = 0, now
 
     def _serve(self, slot: "_Slot", host: str) -> None:
+        name_os_thread(CONNECTION_THREAD_NAME)
         try:
             slot.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             principal = self._secure(slot)
