@@ -212,15 +212,21 @@ def test_coordinator_killed_mid_rebalance_the_group_reforms_on_the_new_one(group
         # The new coordinator loaded the last stored generation: its members rejoin with their ids.
         wait_until(lambda: caller.find(group_id)[0] != coordinator, 60, what="the offsets partition's new leader")
         assert fetched(caller, group_id)[("t", 0)] == (77, 2, "kept")
-        rejoined: list[dict] = [None, None]  # type: ignore[list-item]
-        threads = [threading.Thread(target=lambda i=i: rejoined.__setitem__(i, join(caller, group_id,
-                                                                                    members[i]["member_id"])))
-                   for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        reformed = sync_all(caller, group_id, rejoined)
+        # The leader rejoins first, which starts a rebalance of the loaded generation; the follower learns of
+        # it by its heartbeat, then rejoins. (A follower rejoining first into the loaded STABLE generation
+        # gets that generation back, as from Kafka's coordinator; a client would then learn of the leader's
+        # rebalance by a heartbeat, as here. Rejoining both at once made that order a coin toss.)
+        follower = next(m for m in members if m["member_id"] != leader["member_id"])
+        rejoined: dict[str, dict] = {}
+        leader_join = threading.Thread(target=lambda: rejoined.__setitem__(
+            "leader", join(caller, group_id, leader["member_id"])))
+        leader_join.start()
+        wait_until(lambda: caller.call(group_id, wire.ACTION_HEARTBEAT, {
+            "group_id": group_id, "generation_id": generation, "member_id": follower["member_id"]}
+        )["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS, 30, what="the loaded generation's rebalance")
+        rejoined["follower"] = join(caller, group_id, follower["member_id"])
+        leader_join.join(60)
+        reformed = sync_all(caller, group_id, [rejoined["leader"], rejoined["follower"]])
         assert reformed[0]["generation_id"] > generation
         assert {m["member_id"] for m in reformed} == {m["member_id"] for m in members}
     finally:
