@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 
 from ads_spark.cluster import LocalCluster, unwind_on_sigterm
-from benchmarks import compare_report
+from benchmarks import compare_report, run_args
 from benchmarks.compare_ads import AdsBench, CeilingBench
 from benchmarks.latency import percentiles_ms
 from benchmarks.peers.procs import PeerUnavailable
@@ -176,21 +176,15 @@ def run(args, work: Path) -> list[dict]:
 
 def parse_args(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description="ADS vs NATS JetStream vs RabbitMQ streams, replicated")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--quick", action="store_true", help="a run of a few minutes: fewer records, shorter latency")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--records", type=int, default=None, help="records per produce case (default 100k, quick 20k)")
+    run_args.add(parser, "a run of a few minutes: fewer records, shorter latency")
     parser.add_argument("--spark-records", type=int, default=None)
     parser.add_argument("--rate-per-s", type=float, default=5000.0, help="the latency case's fixed produce rate")
     parser.add_argument("--latency-s", type=float, default=None, help="seconds per latency run (default 10, quick 3)")
     parser.add_argument("--no-spark", action="store_true")
     parser.add_argument("--no-peers", action="store_true")
-    args = parser.parse_args(argv)
-    args.records = args.records or (20_480 if args.quick else 102_400)
+    args = run_args.finish(parser, parser.parse_args(argv))
     args.spark_records = args.spark_records or (30_720 if args.quick else 307_200)
     args.latency_s = args.latency_s or (3.0 if args.quick else 10.0)
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
     return args
 
 

@@ -44,7 +44,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from ads_spark.client import Admin, Consumer, TopicPartition
 from ads_spark.cluster import LocalCluster, unwind_on_sigterm
-from benchmarks import produce_consume
+from benchmarks import produce_consume, run_args
 
 PARTITIONS = produce_consume.PARTITIONS
 RECORD_BYTES = produce_consume.RECORD_BYTES
@@ -393,15 +393,8 @@ def table(report: dict) -> str:
 
 def parse_args(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description="confluent-kafka vs ADS's own client on one ADS cluster")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--quick", action="store_true", help="20k records per case")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--records", type=int, default=None, help="records per produce case (default 102,400)")
-    args = parser.parse_args(argv)
-    args.records = args.records or (20_480 if args.quick else 102_400)
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
-    return args
+    run_args.add(parser, "fewer records per case")
+    return run_args.finish(parser, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

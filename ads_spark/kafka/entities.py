@@ -172,14 +172,6 @@ class Chunks:
     def __len__(self) -> int:
         return self._length
 
-    def __bytes__(self) -> bytes:
-        return b"".join(self.parts)
-
-    def __eq__(self, other: object) -> bool:
-        return bytes(self) == (bytes(other) if isinstance(other, (Chunks, bytes, bytearray, memoryview)) else other)
-
-    __hash__ = None  # type: ignore[assignment]
-
 
 class Parts:
     """The writable kio writes a response into: small writes gather in a bytearray, ``Chunks`` are kept by
