@@ -29,6 +29,9 @@ DECIMAL128_PRECISION_MAX = 38
 _SCALARS = (pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(),
             pa.string(), pa.binary(), pa.date32())
 _WIDER_SIGNED = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
+# Columns every stored batch (offset, timestamp, key, headers) or every Spark row (topic, partition,
+# timestampType) already has: a user column of one of these names would be ambiguous in both.
+RESERVED_COLUMNS = ("offset", "timestamp", "key", "headers", "topic", "partition", "timestampType")
 
 
 def stored_type(column: str, arrow_type: pa.DataType) -> pa.DataType:
@@ -74,6 +77,9 @@ def normalise(schema: pa.Schema) -> pa.Schema:
             raise InvalidConfigError("a column has an empty name")
         if field.name in seen:
             raise InvalidConfigError(f"column '{field.name}' appears twice")
+        if field.name in RESERVED_COLUMNS:
+            raise InvalidConfigError(f"column '{field.name}' has a reserved name: every typed record already "
+                                     f"carries {', '.join(RESERVED_COLUMNS)}")
         seen.add(field.name)
         metadata = {k: v for k, v in (field.metadata or {}).items() if k.startswith(KEPT_METADATA_PREFIX)} or None
         fields.append(pa.field(field.name, stored_type(field.name, field.type), field.nullable, metadata))

@@ -80,6 +80,12 @@ def test_other_types_are_refused_naming_column_and_type(arrow_type, reason):
         types.normalise(pa.schema([("x", arrow_type)]))
 
 
+@pytest.mark.parametrize("name", types.RESERVED_COLUMNS)
+def test_reserved_column_names_are_refused(name):
+    with pytest.raises(InvalidConfigError, match=f"column '{name}' has a reserved name"):
+        types.normalise(pa.schema([("amount", pa.int64()), (name, pa.string())]))
+
+
 def test_field_ids_stay_with_their_column_and_new_columns_take_the_next():
     v1 = types.with_field_ids(ddl.parse("a INT, b STRING, c DOUBLE"), None)
     v2 = types.with_field_ids(ddl.parse("a INT, c DOUBLE, d DATE"), v1)  # b dropped, d added
