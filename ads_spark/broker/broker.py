@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ads_spark.broker.schema_cache import SchemaCache
 from ads_spark.broker.rpc.admin_handlers import AdminHandlers
 from ads_spark.broker.rpc.control_handlers import ControlHandlers
 from ads_spark.broker.rpc.data_handlers import DataHandlers
@@ -144,6 +145,7 @@ class Broker:
         self.kafka_servers: dict[str, Any] = {}
         self.host, self.port = config.inter_broker_listener.advertised_host, 0
         self.zk = zk_factory(self) if zk_factory else None
+        self.schemas = SchemaCache(lambda: self.zk.zk)  # typed topics' registered versions
         self._stopping = threading.Event()
         self._periodic = threading.Thread(target=self._run_periodic, name="broker-periodic", daemon=True)
 
@@ -351,6 +353,7 @@ class Broker:
                               self.partition_config(effective),
                               high_watermark_checkpoint=self.logs.read_high_watermarks().get((topic, number), 0),
                               isr_sender=self.isr_writer.submit)
+        partition.schema_lookup = lambda version: self.schemas.stored_schema(topic, topic_id, version)
         return self.replica_manager.add(partition)
 
     def apply_topic_config(self, partition: Partition, overrides: dict[str, str]) -> None:

@@ -208,7 +208,7 @@ def lose_unflushed_tail(data_dir: Path, rng: random.Random) -> dict[str, int]:
 
 
 def _bytes_kept(segment: Path, base_offset: int, recovery_point: int, rng: random.Random) -> int:
-    entries, schema_end, _valid_end, _problem = scan_segment(segment, base_offset)
+    entries, _schema, schema_end, _valid_end, _problem = scan_segment(segment, base_offset)
     past = [e for e in entries if e.next_offset > recovery_point]
     if not past:
         return segment.stat().st_size

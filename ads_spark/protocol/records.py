@@ -73,6 +73,7 @@ _META_PREFIX = "ads."
 
 ALL_ROWS = -1  # row_count of a batch holding every offset of its span (every batch but a cleaned one)
 NO_DELETE_HORIZON = -1
+NO_SCHEMA_ID = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,9 @@ class BatchHeader:
     # Cleaned batches holding tombstones: the wall-clock ms from which a later cleaning removes them
     # (set to now + delete.retention.ms by the cleaning that first rewrote the batch, as Kafka's KIP-534).
     delete_horizon_ms: int = NO_DELETE_HORIZON
+    # The schema version of a typed topic's batch (protocol/typed_records.py; equal to its segment's), or
+    # NO_SCHEMA_ID (0) for a Kafka-shaped one: in the metadata and the CRC only when set, as row_count.
+    schema_id: int = NO_SCHEMA_ID
 
     @property
     def rows(self) -> int:
@@ -132,6 +136,7 @@ class BatchHeader:
             f"{self.timestamp_type},{self.producer_id},{self.producer_epoch},{self.base_sequence}"
             + (f",{self.row_count}" if self.cleaned else "")
             + (f",h{self.delete_horizon_ms}" if self.delete_horizon_ms != NO_DELETE_HORIZON else "")
+            + (f",s{self.schema_id}" if self.schema_id != NO_SCHEMA_ID else "")
         ).encode()
 
     def to_metadata(self) -> dict[str, str]:
@@ -150,6 +155,8 @@ class BatchHeader:
             metadata["ads.row_count"] = str(self.row_count)
         if self.delete_horizon_ms != NO_DELETE_HORIZON:
             metadata["ads.delete_horizon_ms"] = str(self.delete_horizon_ms)
+        if self.schema_id != NO_SCHEMA_ID:
+            metadata["ads.schema_id"] = str(self.schema_id)
         return metadata
 
     @classmethod
@@ -171,6 +178,7 @@ class BatchHeader:
                 crc=int(get("ads.crc")),
                 row_count=int(_optional(get, "ads.row_count", ALL_ROWS)),
                 delete_horizon_ms=int(_optional(get, "ads.delete_horizon_ms", NO_DELETE_HORIZON)),
+                schema_id=int(_optional(get, "ads.schema_id", NO_SCHEMA_ID)),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptMessageError(f"malformed ADS batch header: {exc}") from exc

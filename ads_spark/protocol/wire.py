@@ -29,7 +29,7 @@ from ads_spark.errors import (
     RequestTimedOutError,
     error_for,
 )
-from ads_spark.protocol.records import ALL_ROWS, NO_DELETE_HORIZON, BatchHeader
+from ads_spark.protocol.records import ALL_ROWS, NO_DELETE_HORIZON, NO_SCHEMA_ID, BatchHeader
 
 # Upper bound on any JSON request body; a larger one is malformed, not a DoS vector.
 JSON_BODY_BYTES_MAX = 16 << 20
@@ -44,6 +44,8 @@ ACTION_ELECT_LEADERS = "elect_leaders"
 ACTION_REASSIGN = "alter_partition_reassignments"
 ACTION_CREATE_PARTITIONS = "create_partitions"  # grow a topic (Kafka's CreatePartitions)
 ACTION_DELETE_RECORDS = "delete_records"  # move a led partition's log start forward (Kafka's DeleteRecords)
+ACTION_REGISTER_SCHEMA = "register_schema"  # a typed topic's new schema version (issue #26)
+ACTION_DESCRIBE_SCHEMA = "describe_schema"  # a typed topic's schema versions
 ACTION_LEADER_AND_ISR = "leader_and_isr"
 ACTION_UPDATE_METADATA = "update_metadata"
 ACTION_STOP_REPLICA = "stop_replica"
@@ -276,6 +278,8 @@ def header_to_json(header: BatchHeader) -> dict[str, int]:
         value["row_count"] = header.row_count
     if header.delete_horizon_ms != NO_DELETE_HORIZON:
         value["delete_horizon_ms"] = header.delete_horizon_ms
+    if header.schema_id != NO_SCHEMA_ID:
+        value["schema_id"] = header.schema_id
     return value
 
 
@@ -283,7 +287,8 @@ def header_from_json(value: Mapping[str, Any]) -> BatchHeader:
     try:
         fields = {k: int(value[k]) for k in header_to_json(BatchHeader(0, 1, 0, 0))}
         return BatchHeader(**fields, row_count=int(value.get("row_count", ALL_ROWS)),
-                           delete_horizon_ms=int(value.get("delete_horizon_ms", NO_DELETE_HORIZON)))
+                           delete_horizon_ms=int(value.get("delete_horizon_ms", NO_DELETE_HORIZON)),
+                           schema_id=int(value.get("schema_id", NO_SCHEMA_ID)))
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidRequestError(f"malformed batch header in fetch response: {exc}") from exc
 

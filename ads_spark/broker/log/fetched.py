@@ -16,7 +16,7 @@ missing batch, not compaction.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,25 @@ import pyarrow.ipc as ipc
 
 from ads_spark.broker.log.segment import encode_batch_message
 from ads_spark.errors import CorruptMessageError
-from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, check_counts, check_sequence, message_crc
+from ads_spark.protocol.records import NO_SCHEMA_ID, RECORD_SCHEMA, BatchHeader, check_counts, check_sequence, message_crc
+from ads_spark.protocol.typed_records import check_stored_schema
+
+# The stored schema of a typed version (schema id >= 1) of the fetched partition's topic.
+SchemaLookup = Callable[[int], pa.Schema]
+
+
+def _kafka_shaped_only(schema_id: int) -> pa.Schema:
+    raise CorruptMessageError(f"batch names schema id {schema_id}, and this partition knows no typed schema")
+
+
+def stored_schema_for(schema_id: int, lookup: SchemaLookup | None) -> pa.Schema:
+    """RECORD_SCHEMA for a Kafka-shaped batch, else ``lookup``'s stored schema, checked to name that id."""
+    if schema_id == NO_SCHEMA_ID:
+        return RECORD_SCHEMA
+    schema = (lookup or _kafka_shaped_only)(schema_id)
+    if check_stored_schema(schema) != schema_id:
+        raise CorruptMessageError(f"the stored schema looked up for id {schema_id} names another id")
+    return schema
 
 
 def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
@@ -40,8 +58,9 @@ def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
     expected, previous = first_offset, None
     messages = []
     for batch, header in batches:
-        if not batch.schema.equals(RECORD_SCHEMA):
-            raise CorruptMessageError(f"batch at {header.base_offset} is not in RECORD_SCHEMA")
+        if check_stored_schema(batch.schema) != header.schema_id:
+            raise CorruptMessageError(f"batch at {header.base_offset} is not in the stored schema of its "
+                                      f"schema id {header.schema_id}")
         message = encode_batch_message(batch, header)
         _check(message, batch, header, expected, previous)
         messages.append((message, header))
@@ -49,18 +68,20 @@ def encode_fetched(batches: Sequence[tuple[pa.RecordBatch, BatchHeader]],
     return messages
 
 
-def check_fetched_messages(messages: Sequence[tuple[pa.Buffer, BatchHeader]],
-                           first_offset: int) -> list[tuple[pa.Buffer, BatchHeader]]:
+def check_fetched_messages(messages: Sequence[tuple[pa.Buffer, BatchHeader]], first_offset: int,
+                           schema_lookup: SchemaLookup | None = None) -> list[tuple[pa.Buffer, BatchHeader]]:
     """Check a follower's fetched stored messages, to be written as they are (no decode-and-encode).
 
     The same checks as ``encode_fetched``: offsets run on from ``first_offset``, the
     CRC over the message body and the header fields matches, and the batch (decoded
-    without copying) is RECORD_SCHEMA with the header's row count and offsets. Pure.
+    without copying) is in the stored schema its header names (RECORD_SCHEMA, or the
+    typed version ``schema_lookup`` gives) with the header's row count and offsets. Pure.
     """
     expected, previous = first_offset, None
     for message, header in messages:
+        schema = stored_schema_for(header.schema_id, schema_lookup)
         try:
-            batch = ipc.read_record_batch(ipc.read_message(message), RECORD_SCHEMA)
+            batch = ipc.read_record_batch(ipc.read_message(message), schema)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptMessageError(f"fetched batch at {header.base_offset} is not an IPC record batch: {exc}")
         _check(message, batch, header, expected, previous)

@@ -43,12 +43,15 @@ from ads_spark.errors import (
     RecordTooLargeError, StorageError,
 )
 from ads_spark.protocol.records import (
-    PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader, int64_column,
+    NO_SCHEMA_ID, PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
+    int64_column,
 )
+from ads_spark.protocol.typed_records import TYPED_PRODUCE_PREFIX, TYPED_STORED_PREFIX, schema_id_of
 
 log = logging.getLogger("ads.log")
 
 BATCHES_ITERATION_BYTES = 8 << 20  # read granularity of ``batches()``
+KNOWN_SCHEMAS_MAX = 64  # typed versions a log keeps at hand for follower appends (re-noted when needed)
 
 
 def _first_batch_from(segment: LogSegment, offset: int) -> int:
@@ -59,7 +62,22 @@ def _first_batch_from(segment: LogSegment, offset: int) -> int:
     return i if segment.index.entry(i).next_offset > offset else i + 1
 
 
-def _stamp(batch: pa.RecordBatch, base_offset: int, timestamp_type: int, now_ms: int) -> tuple[pa.RecordBatch, int]:
+def _stored_schema_of(produce_schema: pa.Schema) -> tuple[pa.Schema, int]:
+    """(stored schema, schema id) for a produce batch's schema: RECORD_SCHEMA for PRODUCE_SCHEMA, the typed
+    record schema of the version it names for a typed produce schema; InvalidRequestError for anything else."""
+    if produce_schema.equals(PRODUCE_SCHEMA):
+        return RECORD_SCHEMA, NO_SCHEMA_ID
+    version = schema_id_of(produce_schema)
+    prefix = list(produce_schema)[:len(TYPED_PRODUCE_PREFIX)]
+    if version == NO_SCHEMA_ID or len(produce_schema) <= len(prefix) \
+            or not all(a.equals(b) for a, b in zip(prefix, TYPED_PRODUCE_PREFIX)):
+        raise InvalidRequestError(f"batch schema {produce_schema} is neither PRODUCE_SCHEMA nor a typed produce schema")
+    stored = pa.schema([TYPED_STORED_PREFIX[0], *produce_schema], metadata=produce_schema.metadata)
+    return stored, version
+
+
+def _stamp(batch: pa.RecordBatch, stored_schema: pa.Schema, base_offset: int, timestamp_type: int,
+           now_ms: int) -> tuple[pa.RecordBatch, int]:
     """The stored form of a produce batch: offsets prepended (vectorised) and its max timestamp in ms."""
     n = batch.num_rows
     offsets = int64_column(np.arange(base_offset, base_offset + n, dtype=np.int64))
@@ -69,7 +87,7 @@ def _stamp(batch: pa.RecordBatch, base_offset: int, timestamp_type: int, now_ms:
         max_timestamp_ms = now_ms
     else:
         max_timestamp_ms = pc.max(columns[0]).value
-    return pa.RecordBatch.from_arrays([offsets, *columns], schema=RECORD_SCHEMA), max_timestamp_ms
+    return pa.RecordBatch.from_arrays([offsets, *columns], schema=stored_schema), max_timestamp_ms
 
 
 def _first_at_or_after(batch: pa.RecordBatch, timestamp_ms: int, min_offset: int) -> tuple[int, int] | None:
@@ -98,6 +116,9 @@ class PartitionLog:
         self._lock = threading.RLock()
         self._closed = False
         self._truncated_to: int | None = None  # lowest end a truncation left since the cleaner last looked
+        # Typed stored schemas by id, for writing messages whose schema is not the active segment's (a
+        # follower's append of a new version): noted by ``note_schema`` before the append, outside the lock.
+        self._known_schemas: dict[int, pa.Schema] = {}
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, recovery_point: int, clean_shutdown: bool,
@@ -154,9 +175,10 @@ class PartitionLog:
     def append_as_leader(self, batch: pa.RecordBatch, *, leader_epoch: int, now_ms: int, producer_id: int = -1,
                          producer_epoch: int = -1, base_sequence: int = -1,
                          timestamp_type: int = TIMESTAMP_TYPE_CREATE_TIME) -> BatchHeader:
-        """Assign offsets from the log end, seal and store ``batch`` (in PRODUCE_SCHEMA); bad input writes nothing."""
-        if not batch.schema.equals(PRODUCE_SCHEMA):
-            raise InvalidRequestError(f"batch schema {batch.schema} is not PRODUCE_SCHEMA")
+        """Assign offsets from the log end, seal and store ``batch`` (in PRODUCE_SCHEMA, or a typed topic's
+        produce schema of one version: the broker checked it against the registered version); bad input
+        writes nothing. A batch of another schema than the active segment's starts a new segment."""
+        stored_schema, schema_id = _stored_schema_of(batch.schema)
         if batch.num_rows == 0:
             raise InvalidRequestError("an empty batch cannot be appended")
         if batch.nbytes > self.config.max_message_bytes:
@@ -167,10 +189,12 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             base = self.log_end_offset
-            records, max_timestamp_ms = _stamp(batch, base, timestamp_type, now_ms)
+            records, max_timestamp_ms = _stamp(batch, stored_schema, base, timestamp_type, now_ms)
             message, header = encode_sealed_message(records, BatchHeader(
                 base, batch.num_rows, leader_epoch, max_timestamp_ms, timestamp_type, producer_id, producer_epoch,
-                base_sequence))
+                base_sequence, schema_id=schema_id))
+            if schema_id != NO_SCHEMA_ID:
+                self._note_schema_locked(schema_id, stored_schema)
             self._write_locked([(message, header)], now_ms)
             return header
 
@@ -189,8 +213,31 @@ class PartitionLog:
                                          f"{messages[0][1].base_offset}, log end offset is {self.log_end_offset}")
             self._write_locked(messages, now_ms)
 
+    def note_schema(self, schema_id: int, stored_schema: pa.Schema) -> None:
+        """Make a typed version's stored schema known before appending messages of it (a follower's fetch)."""
+        with self._lock:
+            self._note_schema_locked(schema_id, stored_schema)
+
+    def _note_schema_locked(self, schema_id: int, stored_schema: pa.Schema) -> None:
+        if schema_id not in self._known_schemas and len(self._known_schemas) >= KNOWN_SCHEMAS_MAX:
+            self._known_schemas.clear()
+        self._known_schemas[schema_id] = stored_schema
+
+    def _stored_schema_locked(self, schema_id: int) -> pa.Schema:
+        active = self._segments[-1]
+        if schema_id == active.schema_id:
+            return active.schema
+        if schema_id == NO_SCHEMA_ID:
+            return RECORD_SCHEMA
+        found = self._known_schemas.get(schema_id)
+        if found is None:
+            raise StorageError(f"{self.directory.name}: no stored schema known for schema id {schema_id}")
+        return found
+
     def _write_locked(self, messages: list[tuple[pa.Buffer, BatchHeader]], now_ms: int) -> None:
         for message, header in messages:
+            if header.schema_id != self._segments[-1].schema_id:
+                self._start_schema_locked(self._stored_schema_locked(header.schema_id), now_ms)
             self._maybe_roll(message.size, now_ms)
             self._segments[-1].append(message, header)
         if self.log_end_offset - self._recovery_point >= self.config.flush_interval_messages:
@@ -206,6 +253,17 @@ class PartitionLog:
                 or now_ms - active.created_ms >= self.config.segment_ms):
             self._roll_locked(now_ms)
 
+    def _start_schema_locked(self, stored_schema: pa.Schema, now_ms: int) -> None:
+        """A batch of another schema is next: roll (one schema per segment), or replace an empty active
+        segment by one of the new schema at the same base offset."""
+        active = self._segments[-1]
+        if active.batch_count:
+            self._roll_locked(now_ms, stored_schema)
+            return
+        created_ms = active.created_ms
+        active.delete()
+        self._segments[-1] = LogSegment.create(self.directory, active.base_offset, created_ms, stored_schema)
+
     def roll(self, now_ms: int) -> None:
         """Start a new segment at the log end now (no-op when the active segment is empty)."""
         with self._lock:
@@ -213,17 +271,17 @@ class PartitionLog:
             if self._segments[-1].batch_count:
                 self._roll_locked(now_ms)
 
-    def _roll_locked(self, now_ms: int) -> None:
+    def _roll_locked(self, now_ms: int, stored_schema: pa.Schema | None = None) -> None:
         # Kafka fsyncs a segment when it is rolled: sealed segments are then always
         # below the recovery point, which keeps recovery to the active segment.
         old = self._segments[-1]
         old.flush()
         old.close()
         self._recovery_point = self.log_end_offset
-        self._start_segment_locked(self.log_end_offset, now_ms)
+        self._start_segment_locked(self.log_end_offset, now_ms, stored_schema or old.schema)
 
-    def _start_segment_locked(self, base_offset: int, now_ms: int) -> None:
-        new = LogSegment.create(self.directory, base_offset, now_ms)
+    def _start_segment_locked(self, base_offset: int, now_ms: int, stored_schema: pa.Schema) -> None:
+        new = LogSegment.create(self.directory, base_offset, now_ms, stored_schema)
         self._segments.append(new)
         self._bases.append(new.base_offset)
 
@@ -395,7 +453,7 @@ class PartitionLog:
             if in_gap and self.log_end_offset < end_offset_exclusive:
                 # The point lies in a gap the cleaner left: the log end is the point itself (as the
                 # replication core counts it), so an empty segment starts there.
-                self._start_segment_locked(end_offset_exclusive, active.created_ms)
+                self._start_segment_locked(end_offset_exclusive, active.created_ms, active.schema)
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             # Only a straddling batch can take the end below the start; the start follows it down.
             self._log_start_offset = min(self._log_start_offset, self.log_end_offset)

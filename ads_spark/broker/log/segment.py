@@ -1,8 +1,10 @@
 """One segment: an Arrow IPC stream file of stored batches plus its sidecar indexes.
 
 A segment file ``<20-digit base offset>.arrows`` is a plain Arrow IPC stream:
-the ``RECORD_SCHEMA`` message once, then one record-batch message per stored
-batch with the ``BatchHeader`` as the message's custom metadata. No
+its schema message once (``RECORD_SCHEMA``, or a typed topic's record schema of
+one version, ``protocol/typed_records.py``: a batch of another version starts a
+new segment), then one record-batch message per stored batch with the
+``BatchHeader`` as the message's custom metadata. No
 end-of-stream marker is ever written, so appending after a restart is a plain
 append and ``pyarrow.ipc.open_stream`` reads the file up to its end.
 
@@ -39,6 +41,7 @@ from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.index import IndexEntry, IndexInconsistent, SegmentIndex
 from ads_spark.errors import CorruptMessageError, StorageError
 from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, check_sequence, message_crc, verify
+from ads_spark.protocol.typed_records import check_stored_schema
 
 log = logging.getLogger("ads.log")
 
@@ -52,13 +55,30 @@ RECENT_MESSAGES_MAX = 8
 RECENT_BYTES_MAX = 1 << 20
 
 
-def _schema_message() -> bytes:
+def _schema_message(schema: pa.Schema) -> bytes:
     sink = pa.BufferOutputStream()
-    ipc.new_stream(sink, RECORD_SCHEMA).close()
+    ipc.new_stream(sink, schema).close()
     return sink.getvalue().to_pybytes()[:-_EOS_BYTES]
 
 
-SCHEMA_MESSAGE = _schema_message()
+SCHEMA_MESSAGE = _schema_message(RECORD_SCHEMA)
+# Typed topics' schema messages by their serialised schema (metadata included: the version is in it).
+# Bounded: a broker holds few typed versions at once, and an evicted one is only recomputed.
+_TYPED_SCHEMA_MESSAGES: dict[bytes, bytes] = {}
+TYPED_SCHEMA_MESSAGES_MAX = 256
+
+
+def schema_message(schema: pa.Schema) -> bytes:
+    """The IPC schema message a segment of ``schema`` starts with (the bytes before its first batch)."""
+    if not schema.metadata and schema.equals(RECORD_SCHEMA):
+        return SCHEMA_MESSAGE
+    key = schema.serialize().to_pybytes()
+    found = _TYPED_SCHEMA_MESSAGES.get(key)
+    if found is None:
+        if len(_TYPED_SCHEMA_MESSAGES) >= TYPED_SCHEMA_MESSAGES_MAX:
+            _TYPED_SCHEMA_MESSAGES.clear()
+        found = _TYPED_SCHEMA_MESSAGES[key] = _schema_message(schema)
+    return found
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -73,12 +93,13 @@ def parse_segment_file_name(name: str) -> int | None:
 
 
 def encode_batch_message(batch: pa.RecordBatch, header: BatchHeader) -> pa.Buffer:
-    """The IPC record-batch message for ``batch`` with ``header`` as custom metadata."""
+    """The IPC record-batch message for ``batch`` (in its own stored schema) with ``header`` as custom metadata."""
     sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, RECORD_SCHEMA) as writer:
+    with ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch, custom_metadata=header.to_metadata())
     stream = sink.getvalue()
-    return stream.slice(len(SCHEMA_MESSAGE), stream.size - len(SCHEMA_MESSAGE) - _EOS_BYTES)
+    start = len(schema_message(batch.schema))
+    return stream.slice(start, stream.size - start - _EOS_BYTES)
 
 
 # Ten characters, the width of a 32-bit CRC written as zero-padded decimal: the metadata is encoded
@@ -97,10 +118,10 @@ def encode_sealed_message(batch: pa.RecordBatch, header: BatchHeader) -> tuple[p
     metadata = header.to_metadata()
     metadata["ads.crc"] = _CRC_SLOT.decode()
     sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, RECORD_SCHEMA) as writer:
+    with ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch, custom_metadata=metadata)
     stream = sink.getvalue()  # a fresh, mutable buffer: the patch below writes into it
-    start = len(SCHEMA_MESSAGE)
+    start = len(schema_message(batch.schema))
     message = stream.slice(start, stream.size - start - _EOS_BYTES)
     crc = message_crc(message, header)
     metadata_end = start + message.size - ipc.read_message(message).body.size
@@ -112,24 +133,23 @@ def encode_sealed_message(batch: pa.RecordBatch, header: BatchHeader) -> tuple[p
     return message, replace(header, crc=crc)
 
 
-def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], int, int, str | None]:
-    """Validate ``path`` batch by batch: (entries, schema_end, valid_end_position, problem).
+def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], pa.Schema, int, int, str | None]:
+    """Validate ``path`` batch by batch: (entries, schema, schema_end, valid_end_position, problem).
 
     Stops at the first message that is torn, unparsable, out of sequence (a gap is
     allowed before the first batch and after a cleaned one, ``fetched.check_sequence``)
     or fails its CRC; ``valid_end_position`` is where the file must be cut (0 when even the
-    schema is unusable).
+    schema is unusable). Every batch must name the segment's schema id (0 in a Kafka-shaped segment).
     """
     size = path.stat().st_size
     if size == 0:
-        return [], 0, 0, "empty file"
+        return [], RECORD_SCHEMA, 0, 0, "empty file"
     try:
         mapped = pa.memory_map(str(path))
         reader = ipc.open_stream(mapped)
-    except (pa.ArrowException, OSError) as exc:
-        return [], 0, 0, f"unreadable schema: {exc}"
-    if not reader.schema.equals(RECORD_SCHEMA):
-        return [], 0, 0, f"schema {reader.schema} is not RECORD_SCHEMA"
+        schema_id = check_stored_schema(reader.schema)
+    except (pa.ArrowException, OSError, CorruptMessageError) as exc:
+        return [], RECORD_SCHEMA, 0, 0, f"unreadable schema: {exc}"
     schema_end = position = mapped.tell()
     entries: list[IndexEntry] = []
     expected_offset, previous = base_offset, None
@@ -138,16 +158,18 @@ def scan_segment(path: Path, base_offset: int) -> tuple[list[IndexEntry], int, i
             batch, metadata = reader.read_next_batch_with_custom_metadata()
             header = BatchHeader.from_metadata(metadata)
             check_sequence(header, expected_offset, previous)
+            if header.schema_id != schema_id:
+                raise CorruptMessageError(f"batch names schema {header.schema_id}, its segment holds {schema_id}")
             verify(batch, header)
         except StopIteration:
-            return entries, schema_end, position, f"end-of-stream marker at byte {position} of {size}"
+            return entries, reader.schema, schema_end, position, f"end-of-stream marker at byte {position} of {size}"
         except (pa.ArrowException, OSError, CorruptMessageError) as exc:
-            return entries, schema_end, position, f"bad batch at byte {position}: {exc}"
+            return entries, reader.schema, schema_end, position, f"bad batch at byte {position}: {exc}"
         end = mapped.tell()
         entries.append(IndexEntry(header.base_offset, header.record_count, position, end - position,
                                   header.max_timestamp_ms))
         expected_offset, position, previous = header.next_offset, end, header
-    return entries, schema_end, position, None
+    return entries, reader.schema, schema_end, position, None
 
 
 def _copy_prefix(source: Path, target: Path, length_bytes: int) -> None:
@@ -179,8 +201,11 @@ class LogSegment:
     only the active (last) segment has an append descriptor."""
 
     def __init__(self, directory: Path, base_offset: int, index: SegmentIndex, schema_end: int,
-                 size_bytes: int, created_ms: int):
+                 size_bytes: int, created_ms: int, schema: pa.Schema = RECORD_SCHEMA):
         self.directory = directory
+        # Every batch of the segment is in this schema and names its id (check_stored_schema).
+        self.schema = schema
+        self.schema_id = check_stored_schema(schema)
         self.base_offset = base_offset
         self.path = directory / segment_file_name(base_offset)
         self.index = index
@@ -205,16 +230,17 @@ class LogSegment:
         return directory / f"{stem}.index", directory / f"{stem}.timeindex"
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, now_ms: int) -> "LogSegment":
+    def create(cls, directory: Path, base_offset: int, now_ms: int, schema: pa.Schema = RECORD_SCHEMA) -> "LogSegment":
         path = directory / segment_file_name(base_offset)
+        prefix = schema_message(schema)
         with open(path, "wb") as handle:
             file_modes.new_file(path)
-            handle.write(SCHEMA_MESSAGE)
+            handle.write(prefix)
             handle.flush()
             os.fsync(handle.fileno())
         index = SegmentIndex.create_empty(*cls._sidecars(directory, base_offset))
         fsync_directory(directory)
-        return cls(directory, base_offset, index, len(SCHEMA_MESSAGE), len(SCHEMA_MESSAGE), now_ms)
+        return cls(directory, base_offset, index, len(prefix), len(prefix), now_ms, schema)
 
     @classmethod
     def open_trusted(cls, directory: Path, base_offset: int, now_ms: int) -> "LogSegment":
@@ -223,23 +249,24 @@ class LogSegment:
         size = path.stat().st_size
         try:
             with pa.memory_map(str(path)) as mapped:
-                if not ipc.open_stream(mapped).schema.equals(RECORD_SCHEMA):
-                    raise IndexInconsistent(f"{path} does not hold RECORD_SCHEMA")
+                schema = ipc.open_stream(mapped).schema
+                check_stored_schema(schema)
                 schema_end = mapped.tell()
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, CorruptMessageError) as exc:
             raise IndexInconsistent(f"unreadable schema in {path}: {exc}") from exc
         index = SegmentIndex.open_lazily(*cls._sidecars(directory, base_offset), base_offset=base_offset,
                                          first_position=schema_end, segment_size=size)
-        return cls(directory, base_offset, index, schema_end, size, now_ms)
+        return cls(directory, base_offset, index, schema_end, size, now_ms, schema)
 
     @classmethod
     def recover(cls, directory: Path, base_offset: int, now_ms: int) -> tuple["LogSegment", str | None]:
         """Validate every batch, cut the file at the first bad one and rebuild the indexes."""
         path = directory / segment_file_name(base_offset)
-        entries, schema_end, valid_end, problem = scan_segment(path, base_offset)
+        entries, schema, schema_end, valid_end, problem = scan_segment(path, base_offset)
         if problem is not None:
             log.warning("recovering %s: %s; cutting at byte %d", path, problem, valid_end)
-            if valid_end == 0:
+            if valid_end == 0:  # no schema survived: an empty Kafka-shaped segment (a typed append replaces it)
+                schema = RECORD_SCHEMA
                 path.write_bytes(SCHEMA_MESSAGE)
                 schema_end = valid_end = len(SCHEMA_MESSAGE)
             else:
@@ -248,7 +275,7 @@ class LogSegment:
             os.fsync(handle.fileno())
         index = SegmentIndex(*cls._sidecars(directory, base_offset))
         index.rewrite(entries)
-        return cls(directory, base_offset, index, schema_end, valid_end, now_ms), problem
+        return cls(directory, base_offset, index, schema_end, valid_end, now_ms, schema), problem
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -350,7 +377,7 @@ class LogSegment:
         """The i-th stored batch, its buffers pointing into the memory-mapped file (or the recent message)."""
         recent = self._recent_message(i)
         if recent is not None:
-            return ipc.read_record_batch(ipc.read_message(recent[0]), RECORD_SCHEMA), recent[1]
+            return ipc.read_record_batch(ipc.read_message(recent[0]), self.schema), recent[1]
         entry = self.index.entry(i)
         reader, mapped = self._reader_covering(entry.end_position)
         mapped.seek(entry.position)

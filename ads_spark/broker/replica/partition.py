@@ -34,8 +34,8 @@ from ads_spark.errors import (
     CorruptMessageError, ErrorCode, InvariantViolation, NotLeaderOrFollowerError, OffsetOutOfRangeError,
     RecordTooLargeError, error_for,
 )
-from ads_spark.broker.log.fetched import check_fetched_messages, encode_fetched
-from ads_spark.protocol.records import BatchHeader
+from ads_spark.broker.log.fetched import SchemaLookup, check_fetched_messages, encode_fetched, stored_schema_for
+from ads_spark.protocol.records import NO_SCHEMA_ID, BatchHeader
 from ads_spark.replication import dedupe
 from ads_spark.replication import partition as core
 from ads_spark.replication.state import LeaderAndIsr, PartitionConfig, Role
@@ -143,6 +143,8 @@ class Partition:
         # Set when this broker's ZooKeeper session expired (membership.SessionGuard): another broker may lead
         # now, so produces are refused until the controller's next leader_and_isr says who leads.
         self._awaiting_controller: str | None = None
+        # Set by the broker for a typed topic: schema id -> stored schema (broker/schema_cache.py).
+        self.schema_lookup: SchemaLookup | None = None
 
     # ---- read-only views -------------------------------------------------------------
 
@@ -379,9 +381,11 @@ class Partition:
         """
         try:
             if batches and isinstance(batches[0][0], pa.Buffer):  # stored messages (replica fetch session)
-                messages = check_fetched_messages(batches, request.fetch_offset)
+                messages = check_fetched_messages(batches, request.fetch_offset, self.schema_lookup)
             else:
                 messages = encode_fetched(batches, request.fetch_offset)
+            for schema_id in {header.schema_id for _, header in messages} - {NO_SCHEMA_ID}:
+                self.log.note_schema(schema_id, stored_schema_for(schema_id, self.schema_lookup))
         except CorruptMessageError as exc:
             raise CorruptMessageError(f"{self.topic}-{self.partition}: {exc}") from None
         self.apply_fetch_response(request, meta, messages, now_ms)

@@ -21,6 +21,7 @@ from ads_spark.broker.group.offsets_topic import is_internal
 from ads_spark.broker.replica.partition import Partition
 from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.broker.rpc.server import error_response
+from ads_spark.broker.typed_produce import conform_typed_batch
 from ads_spark.protocol.records import (
     TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, as_message_batch, conform_produce_batch, now_ms,
 )
@@ -119,8 +120,12 @@ class DataHandlers:
             if batch is None:
                 raise InvalidRequestError("produce chunk carries no record batch")
             check_record_batch(batch, topic, partition)
-            conformed = conform_produce_batch(batch)
             topic_config = self.broker.topic_config(topic)
+            if topic_config.get("schema.type") == "arrow":
+                topic_id = self.replicas.get(topic, partition).topic_id
+                conformed = conform_typed_batch(batch, topic, topic_id, self.broker.schemas)
+            else:
+                conformed = conform_produce_batch(batch)
             check_keys_for_policy(conformed, topic, topic_config["cleanup.policy"])
             max_bytes = topic_config["max.message.bytes"]
             # message.timestamp.type=LogAppendTime: the broker's clock replaces the producer's timestamps,

@@ -1,0 +1,93 @@
+"""The record schemas of typed topics (``schema.type=arrow``), derived from a registered schema version.
+
+A Kafka-shaped topic stores ``RECORD_SCHEMA`` (offset, timestamp, key, value, headers). A typed topic
+stores, for schema version ``v`` with user columns ``C``: offset, timestamp, key, headers, then ``C`` as
+registered (stored form, field ids in the field metadata), and the schema's own metadata says
+``ads.schema_id = v``. The derivation is a pure function of the registered version, so the leader and
+every follower build byte-identical segment schemas without exchanging them, and a segment file names
+its version itself: any Arrow tool opens it, and recovery needs nothing but the file.
+
+A producer sends the same columns without ``offset`` (``typed_produce_schema``); a consumer receives
+``projected_schema``: the stored prefix and the columns it asked for, in the version it reads.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ads_spark.errors import CorruptMessageError, InvalidRequestError
+from ads_spark.protocol.records import HEADER_TYPE, NO_SCHEMA_ID, RECORD_SCHEMA
+
+SCHEMA_ID_KEY = b"ads.schema_id"  # registered versions start at 1; NO_SCHEMA_ID (0): Kafka-shaped
+
+# The columns every typed record carries before its user columns (the offset only once stored).
+TYPED_PRODUCE_PREFIX = (
+    pa.field("timestamp", pa.timestamp("ms"), nullable=False),
+    pa.field("key", pa.binary()),
+    pa.field("headers", HEADER_TYPE),
+)
+TYPED_STORED_PREFIX = (pa.field("offset", pa.int64(), nullable=False), *TYPED_PRODUCE_PREFIX)
+PRODUCE_PREFIX_NAMES = tuple(field.name for field in TYPED_PRODUCE_PREFIX)
+
+
+def typed_produce_schema(user_schema: pa.Schema, version: int) -> pa.Schema:
+    """What a producer sends for ``version``: the produce prefix, then the user columns as registered."""
+    return pa.schema([*TYPED_PRODUCE_PREFIX, *user_schema], metadata={SCHEMA_ID_KEY: str(version).encode()})
+
+
+def typed_record_schema(user_schema: pa.Schema, version: int) -> pa.Schema:
+    """What a typed segment of ``version`` holds: the stored prefix, then the user columns as registered."""
+    return pa.schema([*TYPED_STORED_PREFIX, *user_schema], metadata={SCHEMA_ID_KEY: str(version).encode()})
+
+
+def schema_id_of(schema: pa.Schema) -> int:
+    """The version a typed schema names in its metadata; ``NO_SCHEMA_ID`` for one that names none."""
+    raw = (schema.metadata or {}).get(SCHEMA_ID_KEY)
+    if raw is None:
+        return NO_SCHEMA_ID
+    try:
+        version = int(raw)
+    except ValueError:
+        raise InvalidRequestError(f"schema metadata {SCHEMA_ID_KEY.decode()}={raw!r} is not a version number") \
+            from None
+    if version < 1:
+        raise InvalidRequestError(f"schema metadata {SCHEMA_ID_KEY.decode()}={version} is not a version (>= 1)")
+    return version
+
+
+def user_columns(schema: pa.Schema) -> pa.Schema:
+    """The user columns of a typed produce, stored or projected schema (after its prefix)."""
+    prefix = len(TYPED_STORED_PREFIX) if schema.names[:1] == ["offset"] else len(TYPED_PRODUCE_PREFIX)
+    return pa.schema(list(schema)[prefix:])
+
+
+def check_stored_schema(schema: pa.Schema) -> int:
+    """The schema id of a segment's schema: 0 for ``RECORD_SCHEMA``, the version for a typed one.
+
+    CorruptMessageError for anything else (a segment file or fetched batch that is neither)."""
+    if schema.equals(RECORD_SCHEMA):
+        return NO_SCHEMA_ID
+    try:
+        version = schema_id_of(schema)
+    except InvalidRequestError as exc:
+        raise CorruptMessageError(str(exc)) from None
+    prefix = list(schema)[:len(TYPED_STORED_PREFIX)]
+    if version == NO_SCHEMA_ID or len(schema) <= len(TYPED_STORED_PREFIX) \
+            or not all(a.equals(b) for a, b in zip(prefix, TYPED_STORED_PREFIX)):
+        raise CorruptMessageError(f"schema {schema} is neither RECORD_SCHEMA nor a typed record schema")
+    return version
+
+
+def projected_schema(stored: pa.Schema, columns: list[str] | None) -> pa.Schema:
+    """``stored`` (a typed record schema) keeping the prefix and only ``columns`` of its user columns, in the
+    order asked; None keeps them all. InvalidRequestError names the columns the version does not have."""
+    if columns is None:
+        return stored
+    users = user_columns(stored)
+    missing = [name for name in columns if name not in users.names]
+    if missing:
+        raise InvalidRequestError(f"column(s) {missing} are not in schema version {schema_id_of(stored)} "
+                                  f"(columns: {users.names})")
+    if len(set(columns)) != len(columns):
+        raise InvalidRequestError(f"columns {columns} name a column twice")
+    return pa.schema([*TYPED_STORED_PREFIX, *(users.field(name) for name in columns)], metadata=stored.metadata)
