@@ -24,6 +24,7 @@ from ads_spark.config_compaction import (
 )
 from ads_spark.config_groups import GROUP_BROKER_KEYS, GROUP_CONSUMER_KEYS
 from ads_spark.config_kafka import KAFKA_BROKER_KEYS, kafka_listener_specs
+from ads_spark.config_schemas import SCHEMA_TOPIC_KEYS, check_topic_schema_config
 from ads_spark.config_security import NO_HOSTNAME_SKIP, SECURITY_BROKER_KEYS
 
 LONG_MAX = 2**63 - 1
@@ -108,6 +109,7 @@ TOPIC_KEYS: dict[str, ConfigKey] = {
             choices=("CreateTime", "LogAppendTime"),
         ),
         *COMPACTION_TOPIC_KEYS,
+        *SCHEMA_TOPIC_KEYS,
     ]
 }
 
@@ -419,8 +421,10 @@ NOT_TOPIC_CONFIGS = {
 }
 
 
-def validate_topic_config(overrides: Mapping[str, Any], replication_factor: int | None) -> dict[str, str]:
-    """Check a topic's overrides (create or alter); returns them as strings, as stored in ZooKeeper."""
+def validate_topic_config(overrides: Mapping[str, Any], replication_factor: int | None,
+                          defaults: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Check a topic's overrides (create or alter); returns them as strings, as stored in ZooKeeper.
+    ``defaults``: the broker's topic defaults, for the rules that depend on a key the topic leaves unset."""
     for name in overrides:
         if name in NOT_TOPIC_CONFIGS:
             raise InvalidConfigError(f"'{name}' is not a topic config: {NOT_TOPIC_CONFIGS[name]}")
@@ -431,6 +435,7 @@ def validate_topic_config(overrides: Mapping[str, Any], replication_factor: int 
             f"invalid value {min_isr} for 'min.insync.replicas': larger than the replication "
             f"factor {replication_factor}, so acks=all writes could never succeed"
         )
+    check_topic_schema_config(parsed, defaults)  # config_schemas.py: typed topics
     return {name: _to_text(value) for name, value in parsed.items()}
 
 

@@ -27,20 +27,13 @@ import pyarrow as pa
 
 from ads_spark.errors import InvalidConfigError
 from ads_spark.schemas import types
+from ads_spark.schemas import modes
 
-MODES = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE", "NONE")
-DEFAULT_MODE = "BACKWARD"
+# The modes' names live in modes.py (no pyarrow, for config.py); callers know them by this module too.
+MODES, DEFAULT_MODE, check_mode = modes.MODES, modes.DEFAULT_MODE, modes.check_mode
 
 _INT_ORDER = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
 _TO_DOUBLE = (pa.int8(), pa.int16(), pa.int32(), pa.float32())
-
-
-def check_mode(mode: str) -> str:
-    """``mode`` upper-cased, or InvalidConfigError listing the modes."""
-    normalised = str(mode).upper()
-    if normalised not in MODES:
-        raise InvalidConfigError(f"schema.compatibility: {mode!r} is not one of {', '.join(MODES)}")
-    return normalised
 
 
 def widens(writer_type: pa.DataType, reader_type: pa.DataType) -> bool:
