@@ -254,9 +254,12 @@ class ZkMembership:
                                   config, observers)
 
     def create_planned_topic(self, name: str, plan: dict[int, list[int]], config: dict[str, str],
-                             observers: list[int] | None) -> None:
+                             observers: list[int] | None, schema=None) -> None:
+        """``schema``: a typed topic's first schema version (a ``pa.Schema`` with field ids), written in the
+        same transaction as the topic."""
         observers = list(observers or [])
-        self.zk.create_topic(name, plan, config, observers={p: observers for p in plan} if observers else None)
+        self.zk.create_topic(name, plan, config, observers={p: observers for p in plan} if observers else None,
+                             schema=schema)
 
     def plan_topic(self, name: str, partitions: int, replication_factor: int, assignment: list[list[int]] | None,
                    observers: list[int] | None) -> dict[int, list[int]]:

@@ -1,4 +1,6 @@
-"""Typed topics' schema versions in ZooKeeper (issue #26; not yet called by the brokers or the admin API).
+"""Typed topics' schema versions in ZooKeeper (issue #26): registered through the admin actions
+``register_schema`` / ``describe_schema`` (``broker/rpc/schema_handlers.py``), version 1 written with the topic
+itself (``ZkTopics.create_topic``: ``add_first_version``) and removed with it (``delete_topic_znodes``).
 
 ``/schemas/<topic>`` holds ``{"latest": n}``; ``/schemas/<topic>/<n>`` (ten digits) holds version n: the
 Arrow schema (IPC-serialised, base64; field ids and comments in its field metadata), its DDL and when it
@@ -8,12 +10,15 @@ loser retries against what won (at most ``REGISTER_ATTEMPTS_MAX`` times). The ru
 ``ads_spark.schemas``: the new schema is normalised, keeps its columns' field ids, must pass the topic's
 compatibility mode against the registered versions, and registering a schema equal to a registered
 version (columns, types, nullability and field ids) returns that version instead of a new one.
+
+Reading a version costs two reads whatever the history's length (``latest_schema``, ``schema_version``):
+the data plane resolves a batch's schema id with them.
 """
 
 from __future__ import annotations
 
-import base64
 import time
+from typing import Any
 
 import pyarrow as pa
 from kazoo.exceptions import BadVersionError, NodeExistsError
@@ -23,7 +28,7 @@ from ads_spark.broker.zk.model import (
 )
 from ads_spark.broker.zk.session import MultiOpFailed
 from ads_spark.errors import PolicyViolationError, RequestTimedOutError, UnknownTopicOrPartitionError
-from ads_spark.schemas import compatibility, ddl, types
+from ads_spark.schemas import compatibility, ddl, ipc, types
 
 REGISTER_ATTEMPTS_MAX = 5
 
@@ -32,13 +37,28 @@ def _same_version(a: pa.Schema, b: pa.Schema) -> bool:
     return types.same_columns(a, b) and [types.field_id(f) for f in a] == [types.field_id(f) for f in b]
 
 
-def _encode(version: int, schema: pa.Schema, now_ms: int) -> bytes:
-    return encode_json({"version": version, "schema": base64.b64encode(schema.serialize().to_pybytes()).decode(),
-                        "ddl": ddl.to_ddl(schema), "registered_ms": now_ms})
+def version_value(version: int, schema: pa.Schema, now_ms: int) -> bytes:
+    """The znode value of version ``version``: the schema (ipc.to_base64), its DDL, when it was registered."""
+    return encode_json({"version": version, "schema": ipc.to_base64(schema), "ddl": ddl.to_ddl(schema),
+                        "registered_ms": now_ms})
+
+
+def decode_version(value: bytes) -> dict[str, Any]:
+    """A version znode's value: {"version", "schema" (a pa.Schema), "ddl", "registered_ms"}."""
+    record = dict(decode_json(value))
+    record["schema"] = ipc.from_base64(record["schema"], "stored schema")
+    return record
 
 
 def _decode(value: bytes) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(decode_json(value)["schema"])))
+    return decode_version(value)["schema"]
+
+
+def add_first_version(tx, topic: str, schema: pa.Schema, now_ms: int) -> None:
+    """Add to transaction ``tx`` the creation of ``topic``'s schemas with ``schema`` as version 1 (the topic's
+    creation: ``ZkTopics.create_topic``, after ``stale_schema_paths`` were deleted in the same transaction)."""
+    tx.create(schemas_path(topic), encode_json({"latest": 1}))
+    tx.create(schema_version_path(topic, 1), version_value(1, schema, now_ms))
 
 
 class ZkSchemas:
@@ -50,15 +70,45 @@ class ZkSchemas:
         found = self._read_many([f"{schemas_path(topic)}/{name}" for name in names])
         return [_decode(value[0]) for value in found if value is not None]
 
+    def schema_records(self, topic: str) -> list[dict[str, Any]]:
+        """Every version of ``topic``'s schema as ``decode_version`` gives it, version 1 first."""
+        names = [name for name in self._children(schemas_path(topic)) if name.isdigit()]
+        found = self._read_many([f"{schemas_path(topic)}/{name}" for name in names])
+        return [decode_version(value[0]) for value in found if value is not None]
+
+    def latest_schema_number(self, topic: str) -> int:
+        """The number of ``topic``'s latest version (0: none registered), from the parent alone."""
+        parent = self._read(schemas_path(topic))
+        return int(decode_json(parent[0])["latest"]) if parent is not None else 0
+
+    def latest_schema(self, topic: str) -> tuple[int, pa.Schema]:
+        """(version, schema) of ``topic``'s latest version: two reads (the parent's ``latest``, that child)."""
+        return self.schema_version(topic, None)
+
     def schema_version(self, topic: str, version: int | None = None) -> tuple[int, pa.Schema]:
-        """(version, schema) of ``version``, or of the latest; UnknownTopicOrPartitionError naming what is missing."""
-        history = self.schema_history(topic)
-        chosen = len(history) if version is None else int(version)
-        if not 1 <= chosen <= len(history):
+        """(version, schema) of ``version``, or of the latest; UnknownTopicOrPartitionError naming what is missing.
+        Reads the parent (``{"latest": n}``) and the one child, whatever the history's length."""
+        if version is None:
+            latest = self.latest_schema_number(topic)
+            chosen, child = latest, self._read(schema_version_path(topic, latest)) if latest >= 1 else None
+        else:
+            chosen = int(version)
+            parent, child = self._read_many([schemas_path(topic), schema_version_path(topic, max(chosen, 1))])
+            latest = int(decode_json(parent[0])["latest"]) if parent is not None else 0
+        if not 1 <= chosen <= latest or child is None:
             raise UnknownTopicOrPartitionError(
-                f"topic '{topic}' has no schema version {chosen} ({len(history)} registered)" if history
+                f"topic '{topic}' has no schema version {chosen} ({latest} registered)" if latest
                 else f"topic '{topic}' has no registered schema")
-        return chosen, history[chosen - 1]
+        return chosen, _decode(child[0])
+
+    def stale_schema_paths(self, topic: str) -> list[str]:
+        """The znodes of ``topic``'s schemas, children first (empty: none), for a transaction to delete: a topic
+        deleted before its schemas were removed must not lend them to a new topic of the same name."""
+        parent = schemas_path(topic)
+        children = self._children(parent)
+        if not children and self._read(parent) is None:
+            return []
+        return [f"{parent}/{name}" for name in children] + [parent]
 
     def register_schema(self, topic: str, schema: pa.Schema, mode: str = compatibility.DEFAULT_MODE,
                         dry_run: bool = False) -> tuple[int, bool]:
@@ -95,7 +145,7 @@ class ZkSchemas:
                 tx.create(schemas_path(topic), latest)
             else:
                 tx.set_data(schemas_path(topic), latest, version=parent[1].version)
-            tx.create(schema_version_path(topic, version), _encode(version, schema, int(time.time() * 1000)))
+            tx.create(schema_version_path(topic, version), version_value(version, schema, int(time.time() * 1000)))
 
         try:
             self._commit(build, f"registering schema version {version} of topic '{topic}'")

@@ -11,27 +11,31 @@ writes the replication rules depend on live here:
 * the leader's ISR update, conditional on the version it last saw, in one
   multi-op with its ``isr_change_notification``.
 
-Topic creation is one transaction: assignment (with a fresh topic id), config
-and every partition's initial state appear together or not at all; so is a
-partition increase (the grown assignment, the new states, the controller's
-notification).
+Topic creation is one transaction: assignment (with a fresh topic id), config,
+every partition's initial state and a typed topic's schema version 1 appear
+together or not at all (schemas left by an earlier topic of the same name are
+deleted in it); so is a partition increase (the grown assignment, the new
+states, the controller's notification), and so is deletion (the schemas too).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import pyarrow as pa
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from ads_spark.broker.zk.model import (
     CONFIG_CHANGE_PREFIX, CONFIG_CHANGES_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH, ISR_CHANGE_PATH,
-    ISR_CHANGE_PREFIX, PARTITION_CHANGE_PATH, PARTITION_CHANGE_PREFIX, TOPICS_PATH, ControllerEpoch,
+    ISR_CHANGE_PREFIX, PARTITION_CHANGE_PATH, PARTITION_CHANGE_PREFIX, SCHEMAS_PATH, TOPICS_PATH, ControllerEpoch,
     PartitionStateZnode, StaleVersion, TopicAssignmentZnode,
     VersionedPartitionState, decode_json, delete_topic_marker_path, encode_json, partition_path,
     partition_state_path, partitions_path, topic_config_path, topic_path,
 )
+from ads_spark.broker.zk.schemas import add_first_version
 from ads_spark.broker.zk.session import MultiOpFailed
 from ads_spark.errors import (
     InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidRequestError, StaleControllerEpochError,
@@ -124,12 +128,15 @@ class ZkTopics:
                      config: Mapping[str, str] | None = None,
                      initial_states: Mapping[int, PartitionStateZnode] | None = None,
                      controller_epoch: ControllerEpoch | None = None,
-                     observers: Mapping[int, Sequence[int]] | None = None) -> str:
+                     observers: Mapping[int, Sequence[int]] | None = None,
+                     schema: pa.Schema | None = None) -> str:
         """Create the topic in one transaction; return its new topic id.
 
         Each partition starts with ``initial_states[p]`` or, by default, its
         first replica as leader at leader epoch 0 and every replica in the ISR.
-        With ``controller_epoch`` the transaction is also fenced on it.
+        With ``controller_epoch`` the transaction is also fenced on it. With
+        ``schema`` (stored form, field ids given) it also writes the typed
+        topic's schema version 1; the caller sets ``schema.type`` in ``config``.
         """
         validate_topic_name(topic)
         _validate_assignment(topic, assignment)
@@ -141,6 +148,9 @@ class ZkTopics:
                                      {int(p): tuple(int(b) for b in r) for p, r in (observers or {}).items()})
         config_value = encode_json({"version": 1, "config": {str(k): str(v) for k, v in (config or {}).items()}})
         stale_config = self._read(topic_config_path(topic))
+        stale_schemas = self.stale_schema_paths(topic)
+        if schema is not None:
+            self._create_if_absent(SCHEMAS_PATH, b"")  # the parent of every topic's schemas, once per cluster
 
         def build(tx) -> None:
             tx.create(topic_path(topic), znode.to_json())
@@ -154,6 +164,10 @@ class ZkTopics:
                 tx.create(topic_config_path(topic), config_value)
             else:  # left by an earlier incarnation of this topic
                 tx.set_data(topic_config_path(topic), config_value, version=stale_config[1].version)
+            for path in stale_schemas:  # children first: left by an earlier incarnation of this topic
+                tx.delete(path)
+            if schema is not None:
+                add_first_version(tx, topic, schema, int(time.time() * 1000))
             if controller_epoch is not None:
                 tx.check(CONTROLLER_EPOCH_PATH, controller_epoch.zk_version)
 
@@ -390,9 +404,10 @@ class ZkTopics:
         self._watch_children("topic_deletions", DELETE_TOPICS_PATH, callback)
 
     def delete_topic_znodes(self, topic: str) -> None:
-        """Remove the topic's assignment, states and config, then its deletion marker, atomically."""
+        """Remove the topic's assignment, states, config and schemas, then its deletion marker, atomically."""
         for _ in range(DELETE_TOPIC_ATTEMPTS_MAX):
             partitions = self._children(partitions_path(topic))
+            schemas = self.stale_schema_paths(topic)
             present = self._read_many([topic_path(topic), partitions_path(topic), topic_config_path(topic),
                                        delete_topic_marker_path(topic)])
             states = self._read_many([partition_state_path(topic, int(p)) for p in partitions])
@@ -407,8 +422,10 @@ class ZkTopics:
                 for path, found in zip(paths, present):
                     if found is not None:
                         tx.delete(path)
+                for path in schemas:
+                    tx.delete(path)
 
-            if not any(present):
+            if not any(present) and not schemas:
                 return
             try:
                 self._commit(build, f"deleting topic '{topic}'")
