@@ -63,7 +63,8 @@ from ads_spark.errors import TopicAlreadyExistsError
 
 READ_ACTIONS = ("metadata", "list_offsets", "locate", "replica_status", "init_producer_id")
 ADMIN_ACTIONS = ("describe_configs", "create_topics", "delete_topics", "alter_configs", "elect_leaders",
-                 "alter_partition_reassignments", "create_partitions", "controlled_shutdown")
+                 "alter_partition_reassignments", "create_partitions", "controlled_shutdown", "register_schema",
+                 "describe_schema")
 CONTROL_ACTIONS = ("leader_and_isr", "update_metadata", "stop_replica", "replica_log_ends")
 # Short enough for the checks of one category to see what its inputs did (a phantom partition reaches
 # the checkpoint, a fetch long-poll ends), and a stream bound below the half-open streams the run opens

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from ads_spark.protocol.request_schemas import PARTITION_ID_MAX
+from ads_spark.schemas import ipc
 
 KEEP_TOPIC = "keep"
 SINK_TOPIC = "fuzzsink"  # produce inputs go here, never to keep: an accepted garbage batch must not reach it
@@ -110,6 +111,11 @@ ACTION_TEMPLATES: dict[str, Template] = {
     # refused (a decrease, the same, too many) are ``partition_increase_inputs``.
     "create_partitions": _t({"topic": ABSENT_TOPIC, "partitions": 4}, "topic partitions"),
     "alter_configs": _t({"topic": ABSENT_TOPIC, "set": {"retention.ms": "60000"}, "delete": []}, "topic"),
+    # Typed topics (issue #26): a valid schema for the absent topic (every variant is refused, nothing registered);
+    # describe on the keep topic, Kafka-shaped, which answers without versions.
+    "register_schema": _t({"topic": ABSENT_TOPIC, "schema": ipc.to_base64(pa.schema([pa.field("id", pa.int64())])),
+                           "dry_run": False}, "topic schema"),
+    "describe_schema": _t({"topic": KEEP_TOPIC}, "topic"),
     "elect_leaders": _t({"election_type": "preferred", "partitions": [{"topic": ABSENT_TOPIC, "partition": 0}]},
                         "election_type partitions.*.topic partitions.*.partition"),
     "alter_partition_reassignments": _t(

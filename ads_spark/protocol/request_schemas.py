@@ -47,8 +47,17 @@ FETCH_PARTITION = Obj(_partition(
     fetch_offset=required(OFFSET), current_leader_epoch=optional(EPOCH), last_fetched_epoch=optional(EPOCH),
     partition_max_bytes=optional(BYTES)))
 
+# A consumer's read of a typed topic (broker/typed_fetch.py): the version it reads and the user columns it
+# needs (absent: all of them). Bounded by Arrow's practical column counts, not by any one schema.
+TYPED_READ_COLUMNS_MAX = 4096
+COLUMN_NAME_CHARS_MAX = 1024
+TYPED_READ = Obj({
+    "topic": required(TOPIC), "version": required(Int(1, INT32_MAX)),
+    "columns": optional(ListOf(Text(COLUMN_NAME_CHARS_MAX), TYPED_READ_COLUMNS_MAX, distinct=True)),
+})
+
 FETCH = Obj({
-    "type": required(Text(16, choices=("fetch",))),
+    "type": required(Text(16, choices=("fetch",))), "typed": optional(TYPED_READ),
     "replica_id": optional(Int(-1, INT32_MAX)), "broker_epoch": optional(BROKER_EPOCH),
     "max_wait_ms": optional(DURATION_MS), "min_bytes": optional(BYTES), "max_bytes": optional(BYTES),
     "client_rack": optional(Text(HOST_CHARS_MAX)),
@@ -57,7 +66,7 @@ FETCH = Obj({
 
 EXCHANGE_COMMAND = Obj({
     "type": required(Text(16, choices=("fetch_session", "produce"))),
-    "replica_messages": optional(Bool()),
+    "replica_messages": optional(Bool()), "typed": optional(TYPED_READ),
 })
 
 PRODUCE_COMMAND = Obj({"type": required(Text(16, choices=("produce",)))})
@@ -88,6 +97,11 @@ _BROKERS = Distinct(_BROKER, BROKERS_PER_REQUEST_MAX, ("id",))
 
 _TOPIC_LIST = ListOf(TOPIC, TOPICS_PER_REQUEST_MAX, distinct=True)
 
+# A typed topic's schema (issue #26): base64 of pa.Schema.serialize() (schemas/ipc.py). 512 KiB of text holds
+# thousands of columns, and the version znode (this text, the DDL, a time) stays below ZooKeeper's 1 MB limit.
+SCHEMA_BASE64_CHARS_MAX = 1 << 19
+_SCHEMA = Text(SCHEMA_BASE64_CHARS_MAX)
+
 _CREATE_TOPIC = Obj({
     "topic": required(TOPIC),
     "partitions": optional(Int(1, PARTITION_ID_MAX + 1, error=InvalidPartitionsError)),
@@ -96,6 +110,7 @@ _CREATE_TOPIC = Obj({
     "replica_assignment": optional(ListOf(ListOf(BROKER_ID, REPLICAS_PER_PARTITION_MAX, min_items=1, distinct=True),
                                           PARTITION_ID_MAX + 1)),
     "observers": optional(BROKER_IDS),
+    "schema": optional(_SCHEMA),
 })
 
 _REASSIGNMENT = Obj(_partition(replicas=required(ListOf(BROKER_ID, REPLICAS_PER_PARTITION_MAX, min_items=1)),
@@ -148,6 +163,10 @@ ACTION_SCHEMAS: dict[str, Obj] = {
                           "validate_only": optional(Bool())}),
     "delete_topics": Obj({"topics": required(ListOf(TOPIC, TOPICS_PER_REQUEST_MAX, min_items=1, distinct=True))}),
     "describe_configs": Obj({"topic": required(TOPIC)}),
+    # Typed topics (broker/rpc/schema_handlers.py): a new version under the topic's schema.compatibility
+    # (dry_run: checked, nothing written), and every registered version.
+    "register_schema": Obj({"topic": required(TOPIC), "schema": required(_SCHEMA), "dry_run": optional(Bool())}),
+    "describe_schema": Obj({"topic": required(TOPIC)}),
     # The topic's new partition count (only ever larger); the new partitions are placed rack-aware.
     "create_partitions": Obj({"topic": required(TOPIC),
                               "partitions": required(Int(1, PARTITION_ID_MAX + 1, error=InvalidPartitionsError)),

@@ -46,6 +46,10 @@ REQUIRED: dict[str, Requirement] = {
     "delete_records": Requirement(Operation.DELETE, _TOPIC),  # Kafka's DeleteRecords: Topic Delete
     "describe_configs": Requirement(Operation.DESCRIBE_CONFIGS, _TOPIC),
     "alter_configs": Requirement(Operation.ALTER_CONFIGS, _TOPIC),
+    # typed topics' schemas (issue #26): a new version changes what producers may write, as Kafka's
+    # CreatePartitions changes the topic (Alter); reading the versions is Describe, as metadata
+    "register_schema": Requirement(Operation.ALTER, _TOPIC),
+    "describe_schema": Requirement(Operation.DESCRIBE, _TOPIC),
     # cluster administration
     "elect_leaders": Requirement(Operation.ALTER, _CLUSTER),
     "alter_partition_reassignments": Requirement(Operation.ALTER, _CLUSTER),

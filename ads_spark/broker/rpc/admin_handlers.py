@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from ads_spark.broker.rpc import authorization, call_context
+from ads_spark.broker.rpc.schema_handlers import SchemaHandlers, first_version
 from ads_spark.broker.group.offsets_topic import is_internal
 from ads_spark.protocol import wire
 from ads_spark.protocol.names import validate_topic_name
 from ads_spark.replication import reassignment
 from ads_spark.config import TOPIC_KEYS, validate_topic_config
+from ads_spark.config_schemas import check_unchanged_type, creation_config
 from ads_spark.errors import (
     AdsError,
     BrokerNotAvailableError,
@@ -36,9 +38,11 @@ PARTITIONS_PER_TOPIC_MAX = 100_000
 class AdminHandlers:
     def __init__(self, broker):
         self.broker = broker
+        self.schemas = SchemaHandlers(broker)  # typed topics' register_schema / describe_schema
 
     def handlers(self) -> dict:
         return {
+            **self.schemas.handlers(),
             wire.ACTION_METADATA: self.handle_metadata,
             wire.ACTION_CREATE_TOPICS: self.handle_create_topics,
             wire.ACTION_DELETE_TOPICS: self.handle_delete_topics,
@@ -197,14 +201,14 @@ class AdminHandlers:
         # Every topic is placed (alive brokers, assignment, not existing yet) before any is written, so a
         # refused batch creates none; only a creation racing this one can still fail a later write.
         placed = [(name, membership.plan_topic(name, partitions, replication_factor, assignment, observers),
-                   config, observers)
-                  for name, partitions, replication_factor, assignment, config, observers in plans]
+                   config, observers, schema)
+                  for name, partitions, replication_factor, assignment, config, observers, schema in plans]
         results = []
-        for name, plan, config, observers in placed:
+        for name, plan, config, observers, schema in placed:
             if body.get("validate_only"):  # every check above ran; nothing is written
                 results.append({"topic": name, "error_code": 0, "partitions": len(plan), "config": config})
                 continue
-            membership.create_planned_topic(name, plan, config, observers)
+            membership.create_planned_topic(name, plan, config, observers, schema)
             results.append({"topic": name, "error_code": 0})
         return {"error_code": 0, "topics": results}
 
@@ -231,12 +235,15 @@ class AdminHandlers:
             raise InvalidPartitionsError(f"partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {partitions}")
         if replication_factor < 1:
             raise InvalidReplicationFactorError(f"replication factor must be >= 1, got {replication_factor}")
-        config = validate_topic_config(entry.get("config") or {}, replication_factor)
+        # A typed topic (issue #26): its schema in stored form, and schema.type=arrow (config_schemas.py).
+        schema = first_version(entry.get("schema"))
+        config = validate_topic_config(creation_config(entry.get("config") or {}, schema is not None),
+                                       replication_factor, self.broker.config.topic_defaults())
         observers = entry.get("observers") or []
         if not (isinstance(observers, list) and all(isinstance(b, int) for b in observers)) \
                 or len(set(observers)) != len(observers):
             raise InvalidRequestError("observers must be a list of distinct broker ids")
-        return name, partitions, replication_factor, assignment, config, observers
+        return name, partitions, replication_factor, assignment, config, observers, schema
 
     def handle_delete_topics(self, body: dict[str, Any]) -> dict[str, Any]:
         names = wire.require(body, "topics", list, "delete_topics")
@@ -270,7 +277,8 @@ class AdminHandlers:
         updated = {k: v for k, v in current.items() if k not in to_delete}
         updated.update(to_set)
         replication_factor = membership.replication_factor(topic)
-        validated = validate_topic_config(updated, replication_factor)
+        validated = validate_topic_config(updated, replication_factor, self.broker.config.topic_defaults())
+        check_unchanged_type(topic, current, validated)
         if not body.get("validate_only"):
             membership.set_topic_config(topic, validated)
         return {"error_code": 0, "topic": topic, "overrides": validated}

@@ -73,6 +73,8 @@ TOPICS_OF: dict[str, Callable[[dict], list[str]]] = {
     "delete_records": _partition_topics,
     "describe_configs": _one_topic,
     "alter_configs": _one_topic,
+    "register_schema": _one_topic,
+    "describe_schema": _one_topic,
 }
 
 
