@@ -1,5 +1,8 @@
 """``ads topics``, ``ads configs``: topic administration with Kafka's tool syntax and output.
 
+Typed topics (issue #26): ``topics create --schema DDL | --schema-file F`` makes one, ``topics alter-schema``
+registers (or with ``--dry-run`` checks) a new version, ``topics describe`` adds each typed topic's
+schema.type, compatibility, latest schema id and every version's DDL before its partitions.
 The admin client comes from ``common.open_admin``, which imports it only when a command runs.
 """
 
@@ -11,7 +14,7 @@ from ads_spark.cli.common import (
     add_bootstrap, is_unavailable, is_under_min_isr, is_under_replicated, open_admin, print_json, under_min_isr_note,
 )
 from ads_spark.config import parse_overrides
-from ads_spark.errors import InvalidRequestError
+from ads_spark.errors import InvalidConfigError, InvalidRequestError
 
 
 def register(commands) -> None:
@@ -27,7 +30,15 @@ def register(commands) -> None:
     create.add_argument("--replica-assignment", default=None, help="1:2:3,2:3:1")
     create.add_argument("--observers", default=None, metavar="4,5",
                         help="brokers that hold a non-voting replica of every partition (never in the ISR, never lead)")
+    _add_schema_arguments(create, required=False)
     create.set_defaults(func=create_topic)
+    alter_schema = actions.add_parser("alter-schema", help="register a new schema version of a typed topic")
+    add_bootstrap(alter_schema)
+    alter_schema.add_argument("--topic", required=True)
+    _add_schema_arguments(alter_schema, required=True)
+    alter_schema.add_argument("--dry-run", action="store_true",
+                              help="check against the topic's schema.compatibility; register nothing")
+    alter_schema.set_defaults(func=alter_schema_cmd)
     listing = actions.add_parser("list")
     add_bootstrap(listing)
     listing.set_defaults(func=list_topics)
@@ -65,6 +76,23 @@ def register(commands) -> None:
     alter.set_defaults(func=alter_configs)
 
 
+def _add_schema_arguments(parser, required: bool) -> None:
+    given = parser.add_mutually_exclusive_group(required=required)
+    given.add_argument("--schema", default=None, metavar="DDL",
+                       help="a typed topic's columns in Spark DDL: 'id BIGINT NOT NULL, amount DECIMAL(10,2), ...'")
+    given.add_argument("--schema-file", default=None, metavar="FILE", help="a file holding the DDL")
+
+
+def _schema_ddl(args) -> str | None:
+    if args.schema_file is None:
+        return args.schema
+    try:
+        with open(args.schema_file, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidConfigError(f"--schema-file {args.schema_file}: cannot read it ({exc})") from None
+
+
 def parse_assignment(text: str) -> list[list[int]]:
     try:
         return [[int(b) for b in part.split(":")] for part in text.split(",") if part.strip()]
@@ -77,8 +105,20 @@ def create_topic(args) -> int:
     assignment = parse_assignment(args.replica_assignment) if args.replica_assignment else None
     observers = [int(b) for b in args.observers.split(",")] if args.observers else None
     admin.create_topic(args.topic, args.partitions, args.replication_factor,
-                       config=parse_overrides(args.config), replica_assignment=assignment, observers=observers)
+                       config=parse_overrides(args.config), replica_assignment=assignment, observers=observers,
+                       schema=_schema_ddl(args))
     print(f"Created topic {args.topic}.")
+    return 0
+
+
+def alter_schema_cmd(args) -> int:
+    version, created = open_admin(args).register_schema(args.topic, _schema_ddl(args), dry_run=args.dry_run)
+    if not created:
+        print(f"Unchanged: equals version {version} of topic {args.topic}'s schema.")
+    elif args.dry_run:
+        print(f"Compatible: would register version {version} of topic {args.topic}'s schema.")
+    else:
+        print(f"Registered version {version} of topic {args.topic}'s schema.")
     return 0
 
 
@@ -96,11 +136,34 @@ def _selected(description, args) -> list:
             and not (args.unavailable_partitions and not is_unavailable(p))]
 
 
+def _schemas(admin, descriptions) -> dict:
+    """Each typed topic's describe_schema answer (versions as DDL); Kafka-shaped topics need no request."""
+    found = {}
+    for d in descriptions:
+        if d.config.get("schema.type") == "arrow":
+            described = admin.describe_schema(d.topic)
+            found[d.topic] = {**described, "versions": [
+                {"version": v["version"], "ddl": v["ddl"], "registered_ms": v["registered_ms"]}
+                for v in described["versions"]]}
+    return found
+
+
+def _print_schema(schema: dict) -> None:
+    print(f"Topic: {schema['topic']}\tSchemaType: {schema['schema_type']}\tCompatibility: "
+          f"{schema['compatibility']}\tSchemaId: {schema['latest']}")
+    for version in schema["versions"]:
+        print(f"\tSchema version {version['version']}: {version['ddl']}")
+
+
 def describe_topics(args) -> int:
     admin = open_admin(args)
     descriptions = admin.describe_topics([args.topic] if args.topic else None)
+    # The partition filters list problem partitions only; the schema lines go with a plain describe.
+    filtered = args.under_replicated_partitions or args.under_min_isr_partitions or args.unavailable_partitions
+    schemas = {} if filtered else _schemas(admin, descriptions)
     if args.json:
         print_json({"topics": [{"topic": d.topic, "topic_id": d.topic_id, "config": d.config,
+                                "schema_type": d.config.get("schema.type", "kafka"), "schema": schemas.get(d.topic),
                                 "min_insync_replicas": d.min_insync_replicas, "partitions": [
             {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
              "replicas": list(p.replicas), "isr": list(p.isr), "elr": list(p.elr),
@@ -108,6 +171,8 @@ def describe_topics(args) -> int:
             for p in _selected(d, args)]} for d in descriptions]})
         return 0
     for d in descriptions:
+        if d.topic in schemas:
+            _print_schema(schemas[d.topic])
         for p in _selected(d, args):
             leader = str(p.leader) if p.leader >= 0 else "none"
             line = (f"Topic: {d.topic}\tPartition: {p.partition}\tLeader: {leader}\t"

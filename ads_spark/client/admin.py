@@ -17,6 +17,7 @@ from ads_spark.protocol import wire
 from ads_spark.protocol.connection import Connections, PartitionMetadata, backoff_sleep
 from ads_spark.client.consumer import API_TIMEOUT_MS_DEFAULT, Consumer, TopicPartition
 from ads_spark.client.admin_groups import GroupAdmin, GroupDescription, GroupListing, OffsetAndMetadata
+from ads_spark.client.admin_schemas import SchemaAdmin, schema_text
 from ads_spark.errors import AdsError, ErrorCode, RequestTimedOutError, error_for
 from ads_spark.security.authorizer import AclBinding, AclBindingFilter
 from ads_spark.security.credentials import Secret
@@ -63,15 +64,19 @@ class Admin:
         self.api_timeout_ms = parse_int(self.config.get("default.api.timeout.ms", API_TIMEOUT_MS_DEFAULT),
                                         name="default.api.timeout.ms", min_value=0)
         self._groups = GroupAdmin(self._connections, self.api_timeout_ms)
+        self._schemas = SchemaAdmin(self)
 
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
                      config: dict[str, str] | None = None, replica_assignment: list[list[int]] | None = None,
-                     timeout_s: float = 30, observers: list[int] | None = None) -> None:
+                     timeout_s: float = 30, observers: list[int] | None = None, schema=None) -> None:
         """``observers``: brokers holding a non-voting replica of every partition (replicate, never lead).
-        ``partitions`` / ``replication_factor`` None: the brokers' num.partitions / default.replication.factor."""
+        ``partitions`` / ``replication_factor`` None: the brokers' num.partitions / default.replication.factor.
+        ``schema`` (a pyarrow.Schema or Spark DDL text): a typed topic (schema.type=arrow), its version 1
+        written with the topic."""
         body = {"topics": [{"topic": name, "partitions": partitions, "replication_factor": replication_factor,
                             "config": {k: str(v) for k, v in (config or {}).items()},
-                            "replica_assignment": replica_assignment, "observers": observers}]}
+                            "replica_assignment": replica_assignment, "observers": observers,
+                            "schema": None if schema is None else schema_text(schema)}]}
         self._check(self._connections.call_any(wire.ACTION_CREATE_TOPICS, body))
         self._wait(lambda: self._all_led(name, partitions if not replica_assignment else len(replica_assignment)),
                    timeout_s, f"topic '{name}' to get a leader for every partition")
@@ -142,6 +147,25 @@ class Admin:
 
     def cluster(self) -> dict[str, Any]:
         return self._read(wire.ACTION_METADATA, {"topics": []})
+
+    # ---- typed topics' schemas (issue #26; admin_schemas.py) --------------------------------------
+
+    def register_schema(self, topic: str, schema, dry_run: bool = False) -> tuple[int, bool]:
+        """(version, created) of ``schema`` (a pyarrow.Schema or DDL text) under the topic's compatibility mode;
+        an equal registered version answers its number, created False. See ``SchemaAdmin.register_schema``."""
+        return self._schemas.register_schema(topic, schema, dry_run)
+
+    def check_schema(self, topic: str, schema) -> int:
+        """The version ``schema`` would get, writing nothing; PolicyViolationError names the broken rules."""
+        return self._schemas.check_schema(topic, schema)
+
+    def get_schema(self, topic: str, version: int | None = None):
+        """(version, pyarrow.Schema) of ``version`` or of the latest."""
+        return self._schemas.get_schema(topic, version)
+
+    def describe_schema(self, topic: str) -> dict[str, Any]:
+        """schema.type, compatibility, latest version and every version (schemas as pyarrow.Schema)."""
+        return self._schemas.describe_schema(topic)
 
     # ---- ACLs and users (issue #23) ---------------------------------------------------------------
 

@@ -164,6 +164,11 @@ EVIDENCE = {
                         "test_compaction_topic_keys_fall_back_to_the_broker_keys_and_reach_the_log_config")
        for key in ("min.cleanable.dirty.ratio", "min.compaction.lag.ms", "max.compaction.lag.ms", "delete.retention.ms")},
     ("broker", "log.cleanup.policy"): ("default of topic key", "cleanup.policy"),
+    # Typed topics (issue #26, config_schemas.py): the admin handlers apply them on a real broker.
+    ("topic", "schema.type"): ("test", "integration/test_typed_topics_admin.py",
+                               "test_schema_type_is_fixed_and_the_rules_hold_on_alter"),
+    ("topic", "schema.compatibility"): ("test", "integration/test_typed_topics_admin.py",
+                                        "test_schema_compatibility_is_the_rule_a_registration_passes"),
     ("broker", "log.cleaner.min.cleanable.ratio"): ("default of topic key", "min.cleanable.dirty.ratio"),
     ("broker", "log.cleaner.min.compaction.lag.ms"): ("default of topic key", "min.compaction.lag.ms"),
     ("broker", "log.cleaner.max.compaction.lag.ms"): ("default of topic key", "max.compaction.lag.ms"),
