@@ -317,8 +317,8 @@ class Broker:
             **self.groups.handlers(),
         }
 
-    def handle_fetch(self, request: dict, replica_messages: bool = False) -> list:
-        return self.data.handle_fetch(request, replica_messages)
+    def handle_fetch(self, request: dict, replica_messages: bool = False, typed=None) -> list:
+        return self.data.handle_fetch(request, replica_messages, typed)
 
     def handle_produce_chunk(self, batch, app_metadata, respond) -> None:
         self.data.handle_produce_chunk(batch, app_metadata, respond)

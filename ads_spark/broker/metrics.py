@@ -145,6 +145,11 @@ class _StateCollector:
         for kind, count in (getattr(handlers, "request_counts", None) or {}).items():
             requests.add_metric([kind], count)
         yield requests
+        fetched = CounterMetricFamily("ads_fetch_bytes", "Arrow bytes of the record batches fetches returned, by "
+                                      "reader (consumer, follower)", labels=["reader"])
+        for reader, count in (getattr(handlers, "fetched_bytes", None) or {}).items():
+            fetched.add_metric([reader], count)
+        yield fetched
         yield from _stream_metrics(getattr(getattr(self.broker, "server", None), "streams", None))
         yield from _cleaner_metrics(getattr(self.broker, "cleaner", None))
         yield from _kafka_listener_metrics(getattr(self.broker, "kafka_servers", None))

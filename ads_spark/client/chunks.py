@@ -56,7 +56,8 @@ def fetched_chunk(batches: list[pa.RecordBatch], start: int, high_watermark: int
     ``span_end``: the answer's ``next_offset`` (the end of the last batch's offset span, or the bound when
     nothing was stored up to it). A compacted log has gaps: the last row + 1 may be an offset nobody holds, so
     the next read starts at the later of the two (capped at the HW), never asking for a gap twice."""
-    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+    # A typed read's batches are in its projected schema (all alike); an empty answer is RECORD_SCHEMA's.
+    table = pa.Table.from_batches(batches, schema=batches[0].schema if batches else RECORD_SCHEMA)
     table = slice_offsets(table, start, high_watermark)
     next_offset = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else start
     if span_end is not None:

@@ -287,8 +287,9 @@ class Consumer(GroupMethods):
     # ---- reads -------------------------------------------------------------------
 
     def fetch_chunk(self, tp: TopicPartition, start_offset_inclusive: int, *, max_bytes: int | None = None,
-                    max_wait_ms: int = 0) -> FetchedChunk:
-        """One fetch from the leader: committed records from ``start_offset_inclusive``, as a table."""
+                    max_wait_ms: int = 0, typed: dict | None = None) -> FetchedChunk:
+        """One fetch from the leader: committed records from ``start_offset_inclusive``, as a table.
+        ``typed``: a typed topic's read ({"topic", "version", "columns"}, ``broker/typed_fetch.py``)."""
         last_error: AdsError | None = None
         deadline = time.monotonic() + self.api_timeout_ms / 1000
         for attempt in itertools.count():
@@ -296,7 +297,7 @@ class Consumer(GroupMethods):
                 break
             try:
                 return self._fetch_once(tp, start_offset_inclusive, max_bytes or self.partition_fetch_max_bytes,
-                                        max_wait_ms, prefer_rack=attempt == 0)
+                                        max_wait_ms, prefer_rack=attempt == 0, typed=typed)
             except AdsError as exc:
                 if not exc.retriable:
                     raise
@@ -320,11 +321,11 @@ class Consumer(GroupMethods):
         return None
 
     def _fetch_once(self, tp: TopicPartition, start: int, max_bytes: int, max_wait_ms: int,
-                    prefer_rack: bool = True) -> FetchedChunk:
+                    prefer_rack: bool = True, typed: dict | None = None) -> FetchedChunk:
         meta, broker = self._connections.leader_of(tp.topic, tp.partition)
         # A retry after a failed same-rack read goes to the leader, which can always answer.
         replica = self._same_rack_replica(meta) if prefer_rack else None
-        if replica is None and max_wait_ms == 0:
+        if replica is None and max_wait_ms == 0 and typed is None:  # typed reads go over Flight (for now)
             local = self._fetch_local(tp, start, max_bytes, meta.leader_epoch, broker)
             if local is not None:
                 return local
@@ -332,6 +333,8 @@ class Consumer(GroupMethods):
         request = wire.consumer_fetch_request([(tp.topic, tp.partition, start, meta.leader_epoch)],
                                               max_wait_ms=max_wait_ms, max_bytes=max_bytes,
                                               partition_max_bytes=max_bytes, client_rack=self.client_rack)
+        if typed is not None:
+            request["typed"] = typed
         transport = self._connections.transport
         options = transport.call_options((max_wait_ms + self._connections.request_timeout_ms) / 1000,
                                          (broker.host, broker.port))
@@ -398,14 +401,14 @@ class Consumer(GroupMethods):
         return self.fetch_range(tp, start_offset_inclusive, end_offset_exclusive, max_bytes).table
 
     def fetch_range(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
-                    max_bytes: int | None = None) -> FetchedChunk:
+                    max_bytes: int | None = None, typed: dict | None = None) -> FetchedChunk:
         """As ``fetch_arrow``, with where reading [start, end) stopped: ``next_offset`` (<= end) is past every
         record returned and every offset compaction removed, so a reader of a range whose last offsets are gone
         finishes instead of waiting for them. ``next_offset == start``: nothing readable there yet (the HW).
         With start >= end no fetch is made (the HW and log start are then -1: not asked)."""
         tables, position, chunk = [], start_offset_inclusive, None
         while position < end_offset_exclusive:
-            chunk = self.fetch_chunk(tp, position, max_bytes=max_bytes)
+            chunk = self.fetch_chunk(tp, position, max_bytes=max_bytes, typed=typed)
             if chunk.next_offset <= position:
                 break
             if chunk.table.num_rows:

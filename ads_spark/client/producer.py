@@ -49,6 +49,8 @@ from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRequestError, RecordTooLargeError, RequestTimedOutError, error_for,
 )
 from ads_spark.protocol.records import conform_produce_batch, now_ms
+from ads_spark.protocol.typed_records import schema_id_of
+from ads_spark.client.typed import TopicSchemas, fit_to_latest, is_typed_batch
 
 log = logging.getLogger("ads.client.producer")
 
@@ -122,7 +124,8 @@ class Producer:
         self._ready: dict[tuple[str, int], deque[ProducerBatch]] = {}
         self._in_flight: dict[tuple[str, int], int] = {}
         self._undelivered = 0
-        self._channels: dict[int, BrokerChannel] = {}
+        self._channels: dict[tuple[int, int], BrokerChannel] = {}  # (broker id, schema id) -> its stream
+        self._schemas = TopicSchemas(self._connections)  # typed topics' versions, for produce_arrow
         self.streams_opened = 0  # produce streams opened over the producer's life: more than its brokers after faults
         self._partitioner = PartitionChooser(self._connections, self.batch_size_bytes)
         self._sticky = self._partitioner.sticky  # the same dict: produce() reads it without a call (hot path)
@@ -187,14 +190,20 @@ class Producer:
             future.on_delivery(on_delivery)
         return future
 
-    def produce_arrow(self, topic: str, batch: pa.RecordBatch | pa.Table, partition: int | None = None) -> Future:
-        """Send a ready batch (PRODUCE_SCHEMA columns; only ``value`` required) as one unit."""
+    def produce_arrow(self, topic: str, batch: pa.RecordBatch | pa.Table, partition: int | None = None,
+                      schema_version: int | None = None) -> Future:
+        """Send a ready batch as one unit: PRODUCE_SCHEMA columns (only ``value`` required) to a Kafka-shaped
+        topic; to a typed topic, its columns by name (``client/typed.py``: checked and cast to the latest
+        registered version, or to ``schema_version``), with optional ``timestamp``, ``key``, ``headers``."""
         self._check_open()
         if isinstance(batch, pa.Table):
             batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
         if batch is None or batch.num_rows == 0:
             raise InvalidRequestError("produce_arrow needs a non-empty batch")
-        conformed = conform_produce_batch(batch)
+        if schema_version is not None or is_typed_batch(batch):
+            conformed = fit_to_latest(self._schemas, batch, topic, schema_version or schema_id_of(batch.schema) or None)
+        else:
+            conformed = conform_produce_batch(batch)
         number = self._partitioner.choose(topic, None, partition)
         future: Future = Future()
         item = ProducerBatch(topic, number, batch=conformed, arrow_future=future, record_count=conformed.num_rows,
@@ -374,8 +383,7 @@ class Producer:
         try:
             self._ensure_producer_id()
             meta, _ = self._connections.leader_of(item.topic, item.partition)
-            channel = self._channel_for(meta.leader)
-            item.materialize()
+            channel = self._channel_for(meta.leader, item.materialize().schema)
             channel.send(item, {"topic": item.topic, "partition": item.partition, "acks": self.acks,
                                 "timeout_ms": self.request_timeout_ms, "producer_id": self._producer_id,
                                 "producer_epoch": self._partition_epoch.get((item.topic, item.partition),
@@ -385,15 +393,21 @@ class Producer:
         except Exception as exc:
             self._on_response(item, None, wire.to_ads_error(exc))
 
-    def _channel_for(self, broker_id: int) -> BrokerChannel:
-        channel = self._channels.get(broker_id)
-        if channel is None or channel.broken:
+    def _channel_for(self, broker_id: int, schema: pa.Schema) -> BrokerChannel:
+        # One stream per broker and schema: Kafka-shaped batches share one, each typed version has its own.
+        stream_key = (broker_id, schema_id_of(schema))
+        channel = self._channels.get(stream_key)
+        if channel is None or channel.broken or not channel.schema.equals(schema, check_metadata=True):
             address = self._connections.broker(broker_id)
             client = self._connections.client_for(address.host, address.port)
             channel = BrokerChannel(client, broker_id, self.request_timeout_ms + ANSWER_MARGIN_MS,
                                     on_unsolicited_error=lambda error: self._connections.mark_stale(),
-                                    transport=self._connections.transport, address=(address.host, address.port))
-            self._channels[broker_id] = channel
+                                    transport=self._connections.transport, address=(address.host, address.port),
+                                    schema=schema)
+            previous = self._channels.get(stream_key)
+            if previous is not None and not previous.broken:
+                previous.close()  # another topic's version under the same id: one stream per key at a time
+            self._channels[stream_key] = channel
             self.streams_opened += 1
         return channel
 

@@ -41,7 +41,8 @@ import pyarrow as pa
 
 from ads_spark.client.delivery import BatchOutcome
 from ads_spark.errors import AdsError
-from ads_spark.protocol.records import HEADER_TYPE, PRODUCE_SCHEMA, int64_column
+from ads_spark.protocol.records import HEADER_TYPE, NO_SCHEMA_ID, PRODUCE_SCHEMA, int64_column
+from ads_spark.protocol.typed_records import schema_id_of
 
 PARTS_PER_REQUEST_MAX = 256  # bounds the per-request bookkeeping when batches are tiny
 
@@ -183,6 +184,10 @@ class ProducerBatch:
             self.outcome.complete(base_offset, error, self.log_append_time_ms)  # O(1) unless callbacks
 
 
+def _schema_id(item: ProducerBatch) -> int:
+    return NO_SCHEMA_ID if item.batch is None else schema_id_of(item.batch.schema)
+
+
 def take_coalesced(head: ProducerBatch, queue: deque[ProducerBatch], now_ms: int,
                    request_bytes_max: int) -> ProducerBatch:
     """``head`` (already taken off ``queue``), joined by the never-sent batches queued right behind it
@@ -194,7 +199,10 @@ def take_coalesced(head: ProducerBatch, queue: deque[ProducerBatch], now_ms: int
         candidate = queue[0]
         sendable_now = candidate.retry_not_before_ms <= now_ms < candidate.deadline_ms
         contiguous = head.base_sequence < 0 or candidate.base_sequence == head.base_sequence + records
-        if (candidate.attempts or candidate.solo or not sendable_now or not contiguous
+        # Only batches of one schema version join (a typed version's stream carries no other; a queue is one
+        # topic's, so the version names the schema).
+        other_schema = _schema_id(candidate) != _schema_id(head)
+        if (candidate.attempts or candidate.solo or not sendable_now or not contiguous or other_schema
                 or size_bytes + candidate.size_bytes > request_bytes_max):
             break
         parts.append(queue.popleft())

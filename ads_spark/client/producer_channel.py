@@ -77,8 +77,10 @@ def live_stream_threads(wait_s: float = STREAMS_ENDED_WAIT_S) -> int:
 class BrokerChannel:
     def __init__(self, client: flight.FlightClient, broker_id: int, answer_deadline_ms: int,
                  on_unsolicited_error: Callable[[AdsError], None] | None = None, *,
-                 transport: ClientTransport = PLAINTEXT, address: tuple[str, int] | None = None):
+                 transport: ClientTransport = PLAINTEXT, address: tuple[str, int] | None = None,
+                 schema: pa.Schema = PRODUCE_SCHEMA):
         self.broker_id = broker_id
+        self.schema = schema  # every batch of the stream is in it (a typed topic's version has a stream of its own)
         self._transport = transport
         self._address = address  # the broker's (host, port): asked first for a token when one is needed
         self._options: flight.FlightCallOptions | None = None  # the stream's, once opened
@@ -145,7 +147,7 @@ class BrokerChannel:
         with self._lock:
             self._writer, self._reader = writer, reader  # from here on, _fail_all cancels it
         try:
-            writer.begin(PRODUCE_SCHEMA)
+            writer.begin(self.schema)
         except Exception as exc:
             self._fail_all(self._error_of(exc))
             return False

@@ -76,7 +76,7 @@ def consumer_over(log: PartitionLog, high_watermark: int = LOG_END) -> tuple[Con
     consumer = Consumer({"bootstrap.servers": "127.0.0.1:1", "local.reads": "false"})
     asked: list[int] = []
 
-    def fetch_once(tp, start, max_bytes, max_wait_ms, prefer_rack=True):
+    def fetch_once(tp, start, max_bytes, max_wait_ms, prefer_rack=True, typed=None):
         asked.append(start)
         assert len(asked) < 50, f"the reader keeps asking: {asked}"
         return broker_answer(log, start, high_watermark, max_bytes=1)

@@ -237,7 +237,7 @@ class StandIn:
             return handler
         return {name: record(name) for name in ("leader_and_isr", "stop_replica", "init_producer_id")}
 
-    def handle_fetch(self, request, replica_messages=False):
+    def handle_fetch(self, request, replica_messages=False, typed=None):
         self.calls.append("fetch")
         return [({"topic": entry["topic"], "partition": entry["partition"], "error_code": 0, "high_watermark": 0},
                  []) for entry in request["partitions"]]

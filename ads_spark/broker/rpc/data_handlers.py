@@ -21,6 +21,7 @@ from ads_spark.broker.group.offsets_topic import is_internal
 from ads_spark.broker.replica.partition import Partition
 from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.broker.rpc.server import error_response
+from ads_spark.broker.typed_fetch import TypedRead
 from ads_spark.broker.typed_produce import conform_typed_batch
 from ads_spark.protocol.records import (
     TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, as_message_batch, conform_produce_batch, now_ms,
@@ -76,6 +77,18 @@ def _any_gap_skipped(responses) -> bool:
     return any(not batches and "next_offset" in meta for meta, batches in responses)
 
 
+def _as_typed_read(batches: list, spec: dict, typed: TypedRead | None) -> list:
+    """A consumer's batches as its read sends them: typed ones only to a typed read of their topic."""
+    if typed is None:
+        if any(header.schema_id for _, header in batches):
+            raise InvalidRequestError(f"topic '{spec['topic']}' is typed (schema.type=arrow): fetch it as a typed "
+                                      f"read naming a schema version")
+        return batches
+    if spec["topic"] != typed.topic:
+        raise InvalidRequestError(f"a typed read of topic '{typed.topic}' cannot fetch topic '{spec['topic']}'")
+    return [(typed.convert(batch, header, spec["partition"]), header) for batch, header in batches]
+
+
 def _or(value: Any, default: Any) -> Any:
     """A checked optional field: absent and null both mean the default."""
     return default if value is None else value
@@ -94,6 +107,9 @@ class DataHandlers:
         # Partitions whose produce or fetch failed (Kafka's FailedProduceRequestsPerSec and
         # FailedFetchRequestsPerSec, which count per partition too), same plain ints.
         self.failed_counts = {"produce": 0, "fetch": 0}
+        # Arrow bytes of the record batches fetches returned, by reader (ads_fetch_bytes_total): what a
+        # typed read's projection saves shows here.
+        self.fetched_bytes = {"consumer": 0, "follower": 0}
         self._rotation = 0  # where the next fetch starts reading (a race only shifts a start: no lock)
 
     # ---- produce ----------------------------------------------------------------
@@ -156,8 +172,10 @@ class DataHandlers:
 
     # ---- fetch --------------------------------------------------------------------
 
-    def handle_fetch(self, request: dict[str, Any], replica_messages: bool = False) -> list[tuple[dict, list]]:
+    def handle_fetch(self, request: dict[str, Any], replica_messages: bool = False,
+                     typed: TypedRead | None = None) -> list[tuple[dict, list]]:
         """``replica_messages``: a follower's session; batches go as stored IPC messages (REPLICA_MESSAGE_SCHEMA).
+        ``typed``: a consumer's read of a typed topic; batches go in ``typed.schema`` (``broker/typed_fetch.py``).
 
         ``request`` has passed ``request_schemas.FETCH`` at the boundary: fields are read as they are."""
         replica_id = _or(request.get("replica_id"), -1)
@@ -181,12 +199,13 @@ class DataHandlers:
             while True:
                 changed.clear()
                 responses, total_bytes = self._read_all(specs, replica_id, broker_epoch, max_bytes, client_rack,
-                                                        replica_messages)
+                                                        replica_messages, typed)
                 remaining_s = deadline - time.monotonic()
                 if total_bytes >= min_bytes or remaining_s <= 0 or self._any_error(responses) \
                         or _any_gap_skipped(responses):
                     if not total_bytes:
                         self.request_counts["fetch_empty"] += 1
+                    self.fetched_bytes["follower" if replica_id >= 0 else "consumer"] += total_bytes
                     return responses
                 changed.wait(remaining_s)
         finally:
@@ -207,7 +226,7 @@ class DataHandlers:
         }
 
     def _read_all(self, specs, replica_id: int, broker_epoch: int, max_bytes: int, client_rack: str | None,
-                  replica_messages: bool = False):
+                  replica_messages: bool = False, typed: TypedRead | None = None):
         responses, total_bytes = [], 0
         # Reading starts at a different partition each time, so that partitions late in a request are not
         # starved when earlier ones use up max_bytes (Kafka's fetch sessions rotate likewise).
@@ -222,7 +241,7 @@ class DataHandlers:
             try:
                 partition = self.replicas.get(spec["topic"], spec["partition"])
                 batches = self._read_one(partition, spec, replica_id, broker_epoch, budget, meta, client_rack,
-                                         replica_messages)
+                                         replica_messages, typed)
             except AdsError as exc:
                 self.failed_counts["fetch"] += 1
                 meta.update(error_code=int(exc.code), message=exc.message or str(exc))
@@ -232,7 +251,8 @@ class DataHandlers:
         return responses, total_bytes
 
     def _read_one(self, partition: Partition, spec, replica_id: int, broker_epoch: int, budget: int,
-                  meta: dict, client_rack: str | None = None, replica_messages: bool = False) -> list:
+                  meta: dict, client_rack: str | None = None, replica_messages: bool = False,
+                  typed: TypedRead | None = None) -> list:
         if replica_id >= 0:
             return self._read_for_follower(partition, spec, replica_id, broker_epoch, budget, meta,
                                            replica_messages)
@@ -246,6 +266,7 @@ class DataHandlers:
         if budget <= 0:
             return []
         batches = partition.read(spec["fetch_offset"], end, budget)
+        batches = _as_typed_read(batches, spec, typed)
         next_offset = consumer_next_offset(spec["fetch_offset"], end,
                                            [(header.base_offset, header.record_count) for _, header in batches[-1:]])
         if next_offset is not None:

@@ -26,6 +26,7 @@ from ads_spark.broker.rpc import auth_middleware, authorization, call_context, c
 from ads_spark.protocol import request_schemas, schema_kinds, wire
 from ads_spark.errors import AdsError, ErrorCode, InvalidRequestError, InvariantViolation, error_for
 from ads_spark.protocol.records import RECORD_SCHEMA, REPLICA_MESSAGE_SCHEMA
+from ads_spark.broker.typed_fetch import TypedRead
 from ads_spark.security.request_acls import FOLLOWER_FETCH, fetch_requirement_name
 
 log = logging.getLogger("ads.broker.server")
@@ -119,10 +120,13 @@ class BrokerFlightServer(flight.FlightServerBase):
             request = request_schemas.check(request_schemas.FETCH, wire.loads(ticket.ticket, "fetch"), "fetch")
             authorization.authorize_call(self._security(), ctx, _fetch_name(request, False), request)
             with call_context.using(ctx):
-                return self.broker.handle_fetch(request)
+                typed = TypedRead.from_request(request["typed"], self.broker) if request.get("typed") else None
+                return typed, self.broker.handle_fetch(request, False, typed)
 
-        responses = _boundary("fetch", run)
-        return flight.GeneratorStream(RECORD_SCHEMA, _fetch_stream(responses))
+        typed, responses = _boundary("fetch", run)
+        if typed is None:
+            return flight.GeneratorStream(RECORD_SCHEMA, _fetch_stream(responses))
+        return flight.GeneratorStream(typed.schema, _fetch_stream(responses, typed.empty_batch()))
 
     def do_exchange(self, context, descriptor, reader, writer):
         """A fetch session or a produce stream, as the command says.
@@ -153,8 +157,11 @@ class BrokerFlightServer(flight.FlightServerBase):
                 replica_messages = bool(request.get("replica_messages", False))
                 if replica_messages:  # a follower's session: refused at once for a caller without ClusterAction
                     authorization.authorize_call(self._security(), ctx, FOLLOWER_FETCH, {})
-                writer.begin(REPLICA_MESSAGE_SCHEMA if replica_messages else RECORD_SCHEMA)
-                _serve_fetch_session(self.broker, reader, writer, replica_messages, stream)
+                # A typed read's session answers in its read's schema (each request is authorized as it comes).
+                typed = TypedRead.from_request(request["typed"], self.broker) if request.get("typed") else None
+                writer.begin(typed.schema if typed is not None
+                             else REPLICA_MESSAGE_SCHEMA if replica_messages else RECORD_SCHEMA)
+                _serve_fetch_session(self.broker, reader, writer, replica_messages, stream, typed)
 
         _boundary("exchange", run)
 
@@ -273,8 +280,8 @@ class _SentPartitions:
 
 
 def _serve_fetch_session(broker, reader, writer, replica_messages: bool,
-                         stream: connections.Stream = connections.UNTRACKED) -> None:
-    empty = _EMPTY_MESSAGE_BATCH if replica_messages else _EMPTY_BATCH
+                         stream: connections.Stream = connections.UNTRACKED, typed=None) -> None:
+    empty = typed.empty_batch() if typed is not None else _EMPTY_MESSAGE_BATCH if replica_messages else _EMPTY_BATCH
     security = getattr(broker, "security", None)
     sent = _SentPartitions(time.monotonic()) if replica_messages else None
     while True:
@@ -288,7 +295,7 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool,
             # Every request of the session, on the session's context: refused ones are answered in-stream.
             authorization.authorize_call(security, call_context.current(), _fetch_name(request, replica_messages),
                                          request)
-            responses = broker.handle_fetch(request, replica_messages)
+            responses = broker.handle_fetch(request, replica_messages, typed)
             if sent is not None:
                 responses = sent.changed_only(request, responses, time.monotonic())
             chunks = 0

@@ -1,0 +1,134 @@
+"""The client side of typed topics: their registered versions, and a table made to fit one before it is sent.
+
+A producer of a typed topic sends each batch in the produce schema of the version it names
+(``protocol/typed_records.py``); the leader checks it again on the data (``broker/typed_produce.py``), so
+this side only saves a round trip and makes the common differences fit: columns matched by name and put
+in the registered order, safe casts to the registered types (Spark's and pandas' int widths, time units
+and zones), absent nullable columns as nulls. What cannot fit is refused here with every column named,
+before anything is sent.
+
+Versions are read with the ``describe_schema`` action and kept per topic for ``SCHEMAS_REFRESH_MS``; a
+version is immutable, so only "which is the latest" goes stale.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ads_spark.errors import InvalidRecordError, InvalidRequestError
+from ads_spark.protocol import wire
+from ads_spark.protocol.records import NO_SCHEMA_ID, int64_column, now_ms
+from ads_spark.protocol.typed_records import PRODUCE_PREFIX_NAMES, TYPED_PRODUCE_PREFIX, typed_produce_schema
+from ads_spark.schemas import ipc
+
+SCHEMAS_REFRESH_MS = 5000
+TOPICS_KEPT_MAX = 1024
+
+
+class TopicSchemas:
+    """Registered versions of typed topics, read through ``connections`` (``protocol/connection.py``)."""
+
+    def __init__(self, connections):
+        self._connections = connections
+        self._lock = threading.Lock()
+        self._topics: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def describe(self, topic: str, at_least_version: int = 0, fresh: bool = False) -> dict[str, Any]:
+        """{"schema_type", "compatibility", "latest", "versions": {n: user schema}}, re-read when stale
+        (or ``fresh``)."""
+        with self._lock:
+            kept = self._topics.get(topic)
+        now = time.monotonic() * 1000
+        if not fresh and kept is not None and now - kept[0] < SCHEMAS_REFRESH_MS \
+                and kept[1]["latest"] >= at_least_version:
+            return kept[1]
+        answer = self._connections.call_any(wire.ACTION_DESCRIBE_SCHEMA, {"topic": topic})
+        described = {"schema_type": answer["schema_type"], "compatibility": answer.get("compatibility"),
+                     "latest": int(answer["latest"]),
+                     "versions": {int(v["version"]): ipc.from_base64(v["schema"], f"version {v['version']}")
+                                  for v in answer["versions"]}}
+        with self._lock:
+            if len(self._topics) >= TOPICS_KEPT_MAX:
+                self._topics.clear()
+            self._topics[topic] = (now, described)
+        return described
+
+    def version(self, topic: str, version: int | None = None, fresh: bool = False) -> tuple[int, pa.Schema]:
+        """(version, user schema): the one asked for, or the latest; InvalidRequestError for a Kafka-shaped topic."""
+        described = self.describe(topic, version or 0, fresh)
+        if described["schema_type"] != "arrow":
+            raise InvalidRequestError(f"topic '{topic}' is not typed (schema.type={described['schema_type']})")
+        chosen = described["latest"] if version is None else version
+        if chosen not in described["versions"]:
+            raise InvalidRequestError(f"topic '{topic}' has no schema version {chosen} "
+                                      f"(latest {described['latest']})")
+        return chosen, described["versions"][chosen]
+
+
+def fit_to_version(batch: pa.RecordBatch, topic: str, version: int, registered: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in the produce schema of ``version``, or InvalidRecordError naming every column that does not fit."""
+    problems: list[str] = []
+    names = set(batch.schema.names)
+    unknown = sorted(names - set(registered.names) - set(PRODUCE_PREFIX_NAMES))
+    if unknown:
+        problems.append(f"column(s) {unknown} are not in the schema")
+    columns = []
+    for field in [*TYPED_PRODUCE_PREFIX, *registered]:
+        if field.name not in names:
+            if field.name == "timestamp":
+                columns.append(int64_column(np.full(batch.num_rows, now_ms()), field.type))
+            elif field.nullable:
+                columns.append(pa.nulls(batch.num_rows, field.type))
+            else:
+                problems.append(f"NOT NULL column '{field.name}' is missing")
+            continue
+        column = batch.column(field.name)
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                problems.append(f"column '{field.name}' is {column.type}, the schema says {field.type} "
+                                f"({str(exc).splitlines()[0][:120]})")
+                continue
+        if not field.nullable and column.null_count:
+            problems.append(f"NOT NULL column '{field.name}' holds {column.null_count} null(s)")
+        columns.append(column)
+    if problems:
+        raise InvalidRecordError(f"topic '{topic}' schema version {version}: " + "; ".join(problems)
+                                 + "; nothing was sent")
+    return pa.RecordBatch.from_arrays(columns, schema=typed_produce_schema(registered, version))
+
+
+def fit_to_latest(schemas: TopicSchemas, batch: pa.RecordBatch, topic: str,
+                  version: int | None = None) -> pa.RecordBatch:
+    """``fit_to_version`` of ``version`` or the latest; a batch that does not fit the latest known is tried
+    once more against a fresh read (another client may just have registered the version it needs)."""
+    chosen, registered = schemas.version(topic, version)
+    try:
+        return fit_to_version(batch, topic, chosen, registered)
+    except InvalidRecordError:
+        if version is not None:
+            raise
+        fresh_version, fresh = schemas.version(topic, None, fresh=True)
+        if fresh_version == chosen:
+            raise
+        return fit_to_version(batch, topic, fresh_version, fresh)
+
+
+def is_typed_batch(batch: pa.RecordBatch) -> bool:
+    """A batch meant for a typed topic: it names a version, or has no Kafka-shaped ``value`` column."""
+    from ads_spark.protocol.typed_records import schema_id_of
+    return schema_id_of(batch.schema) != NO_SCHEMA_ID or "value" not in batch.schema.names
+
+
+def typed_read(topic: str, version: int, columns: list[str] | None = None) -> dict[str, Any]:
+    """The ``typed`` field of a fetch request (``request_schemas.TYPED_READ``)."""
+    read: dict[str, Any] = {"topic": topic, "version": int(version)}
+    if columns is not None:
+        read["columns"] = list(columns)
+    return read
