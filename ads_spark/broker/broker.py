@@ -59,6 +59,7 @@ def log_config_for(effective: dict[str, Any]) -> LogConfig:
         min_compaction_lag_ms=effective.get("min.compaction.lag.ms", 0),
         max_compaction_lag_ms=effective.get("max.compaction.lag.ms", LONG_MAX),
         delete_retention_ms=effective.get("delete.retention.ms", 86_400_000),
+        statistics_columns=tuple(effective.get("schema.statistics.columns") or ()),
     )
 
 

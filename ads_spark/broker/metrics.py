@@ -150,6 +150,9 @@ class _StateCollector:
         for reader, count in (getattr(handlers, "fetched_bytes", None) or {}).items():
             fetched.add_metric([reader], count)
         yield fetched
+        yield CounterMetricFamily("ads_fetch_batches_skipped", "Batches typed reads did not send because their "
+                                  "statistics ruled out the read's filters",
+                                  value=getattr(handlers, "skipped_batches", 0))
         yield from _stream_metrics(getattr(getattr(self.broker, "server", None), "streams", None))
         yield from _cleaner_metrics(getattr(self.broker, "cleaner", None))
         yield from _kafka_listener_metrics(getattr(self.broker, "kafka_servers", None))

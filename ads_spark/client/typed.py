@@ -126,9 +126,14 @@ def is_typed_batch(batch: pa.RecordBatch) -> bool:
     return schema_id_of(batch.schema) != NO_SCHEMA_ID or "value" not in batch.schema.names
 
 
-def typed_read(topic: str, version: int, columns: list[str] | None = None) -> dict[str, Any]:
-    """The ``typed`` field of a fetch request (``request_schemas.TYPED_READ``)."""
+def typed_read(topic: str, version: int, columns: list[str] | None = None,
+               filters: list | None = None) -> dict[str, Any]:
+    """The ``typed`` field of a fetch request (``request_schemas.TYPED_READ``); ``filters``: predicates
+    (``schemas.statistics.Predicate``) the broker skips batches by, sent in ``predicate_to_wire``'s form."""
     read: dict[str, Any] = {"topic": topic, "version": int(version)}
     if columns is not None:
         read["columns"] = list(columns)
+    if filters:
+        from ads_spark.schemas.statistics import predicate_to_wire
+        read["filters"] = [predicate_to_wire(p) for p in filters]
     return read

@@ -74,6 +74,8 @@ _META_PREFIX = "ads."
 ALL_ROWS = -1  # row_count of a batch holding every offset of its span (every batch but a cleaned one)
 NO_DELETE_HORIZON = -1
 NO_SCHEMA_ID = 0
+NO_STATS = ""
+STATS_METADATA_KEY = "ads.stats"  # = schemas.statistics.METADATA_KEY (not imported: records stays a leaf)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,10 @@ class BatchHeader:
     # The schema version of a typed topic's batch (protocol/typed_records.py; equal to its segment's), or
     # NO_SCHEMA_ID (0) for a Kafka-shaped one: in the metadata and the CRC only when set, as row_count.
     schema_id: int = NO_SCHEMA_ID
+    # A typed batch's per-batch column statistics (schemas/statistics.py ``to_metadata``'s JSON text, under
+    # the same metadata key), set by the leader for the topic's schema.statistics.columns; "" for none. In the
+    # metadata and the CRC only when set, as row_count: a batch without statistics keeps its bytes and CRC.
+    stats: str = NO_STATS
 
     @property
     def rows(self) -> int:
@@ -137,6 +143,7 @@ class BatchHeader:
             + (f",{self.row_count}" if self.cleaned else "")
             + (f",h{self.delete_horizon_ms}" if self.delete_horizon_ms != NO_DELETE_HORIZON else "")
             + (f",s{self.schema_id}" if self.schema_id != NO_SCHEMA_ID else "")
+            + (f",t{self.stats}" if self.stats != NO_STATS else "")
         ).encode()
 
     def to_metadata(self) -> dict[str, str]:
@@ -157,6 +164,8 @@ class BatchHeader:
             metadata["ads.delete_horizon_ms"] = str(self.delete_horizon_ms)
         if self.schema_id != NO_SCHEMA_ID:
             metadata["ads.schema_id"] = str(self.schema_id)
+        if self.stats != NO_STATS:
+            metadata[STATS_METADATA_KEY] = self.stats
         return metadata
 
     @classmethod
@@ -179,6 +188,7 @@ class BatchHeader:
                 row_count=int(_optional(get, "ads.row_count", ALL_ROWS)),
                 delete_horizon_ms=int(_optional(get, "ads.delete_horizon_ms", NO_DELETE_HORIZON)),
                 schema_id=int(_optional(get, "ads.schema_id", NO_SCHEMA_ID)),
+                stats=str(_optional(get, STATS_METADATA_KEY, NO_STATS)),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptMessageError(f"malformed ADS batch header: {exc}") from exc

@@ -38,9 +38,10 @@ from ads_spark.protocol.names import TOPIC_NAME_CHARS_MAX, shown
 from ads_spark.protocol.schema_kinds import (
     ACKS, BROKERS_PER_REQUEST_MAX, BROKER_EPOCH, BROKER_ID, BROKER_IDS, BYTES, Bool, CONFIG, CONFIG_ENTRIES_MAX,
     DURATION_MS, Distinct, EPOCH, HOST_CHARS_MAX, INT32_MAX, INT64_MAX, Int, Kind, LEADER_ID, ListOf, MapOf,
-    Misfit, OFFSET, Obj, PARTITION_ID_MAX, REPLICAS_PER_PARTITION_MAX, TOPIC, TOPICS_PER_REQUEST_MAX, Text,
-    optional, required, _json_type, _partition, _partitions, _text_problem,
+    Misfit, OFFSET, Obj, OneOf, PARTITION_ID_MAX, REPLICAS_PER_PARTITION_MAX, Scalar, TOPIC, TOPICS_PER_REQUEST_MAX,
+    Text, optional, required, _json_type, _partition, _partitions, _text_problem,
 )
+from ads_spark.schemas import statistics
 
 
 FETCH_PARTITION = Obj(_partition(
@@ -51,9 +52,18 @@ FETCH_PARTITION = Obj(_partition(
 # needs (absent: all of them). Bounded by Arrow's practical column counts, not by any one schema.
 TYPED_READ_COLUMNS_MAX = 4096
 COLUMN_NAME_CHARS_MAX = 1024
+# Its filters (schemas/statistics.py predicate_to_wire): conjunctive, used only to skip whole batches by their
+# statistics; values are JSON scalars or the tagged {"b64"} / {"text"} forms, a list for "in".
+TYPED_READ_FILTERS_MAX = 64
+FILTER_VALUE_CHARS_MAX = 4096
+_FILTER_SCALAR = OneOf(Scalar(FILTER_VALUE_CHARS_MAX), Obj({"b64": required(Text(FILTER_VALUE_CHARS_MAX))}),
+                       Obj({"text": required(Text(64))}))
+_FILTER = Obj({"kind": required(Text(16, choices=statistics.KINDS)), "column": required(Text(COLUMN_NAME_CHARS_MAX)),
+               "value": optional(OneOf(_FILTER_SCALAR, ListOf(_FILTER_SCALAR, statistics.IN_VALUES_MAX)))})
 TYPED_READ = Obj({
     "topic": required(TOPIC), "version": required(Int(1, INT32_MAX)),
     "columns": optional(ListOf(Text(COLUMN_NAME_CHARS_MAX), TYPED_READ_COLUMNS_MAX, distinct=True)),
+    "filters": optional(ListOf(_FILTER, TYPED_READ_FILTERS_MAX)),
 })
 
 FETCH = Obj({

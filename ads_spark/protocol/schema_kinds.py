@@ -121,6 +121,22 @@ class Text(Kind):
         return value
 
 
+class Scalar(Kind):
+    """A JSON scalar: null, true/false, an integer in int64's range, a number, or a bounded string."""
+
+    def __init__(self, max_chars: int = SHORT_TEXT_CHARS_MAX):
+        self.text = Text(max_chars)
+
+    def fit(self, value: Any) -> Any:
+        if value is None or type(value) in (bool, float):
+            return value
+        if type(value) is int:
+            return Int().fit(value)
+        if type(value) is str:
+            return self.text.fit(value)
+        raise Misfit(f"must be a JSON scalar, got {_json_type(value)}")
+
+
 class TopicName(Kind):
     # Names seen valid, so a fetch of many partitions of few topics runs the pattern once per topic. Bounded:
     # cleared when full, so a stream of made-up names costs a pattern each, never memory.

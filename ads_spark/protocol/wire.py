@@ -29,7 +29,7 @@ from ads_spark.errors import (
     RequestTimedOutError,
     error_for,
 )
-from ads_spark.protocol.records import ALL_ROWS, NO_DELETE_HORIZON, NO_SCHEMA_ID, BatchHeader
+from ads_spark.protocol.records import ALL_ROWS, NO_DELETE_HORIZON, NO_SCHEMA_ID, NO_STATS, BatchHeader
 
 # Upper bound on any JSON request body; a larger one is malformed, not a DoS vector.
 JSON_BODY_BYTES_MAX = 16 << 20
@@ -262,7 +262,7 @@ def split_fetch_answer(chunks) -> tuple[dict[tuple[str, int], dict], dict[tuple[
     return infos, batches
 
 
-def header_to_json(header: BatchHeader) -> dict[str, int]:
+def header_to_json(header: BatchHeader) -> dict[str, Any]:
     value = {
         "base_offset": header.base_offset,
         "record_count": header.record_count,
@@ -280,6 +280,8 @@ def header_to_json(header: BatchHeader) -> dict[str, int]:
         value["delete_horizon_ms"] = header.delete_horizon_ms
     if header.schema_id != NO_SCHEMA_ID:
         value["schema_id"] = header.schema_id
+    if header.stats != NO_STATS:
+        value["stats"] = header.stats
     return value
 
 
@@ -288,9 +290,17 @@ def header_from_json(value: Mapping[str, Any]) -> BatchHeader:
         fields = {k: int(value[k]) for k in header_to_json(BatchHeader(0, 1, 0, 0))}
         return BatchHeader(**fields, row_count=int(value.get("row_count", ALL_ROWS)),
                            delete_horizon_ms=int(value.get("delete_horizon_ms", NO_DELETE_HORIZON)),
-                           schema_id=int(value.get("schema_id", NO_SCHEMA_ID)))
+                           schema_id=int(value.get("schema_id", NO_SCHEMA_ID)),
+                           stats=_stats_text(value.get("stats", NO_STATS)))
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidRequestError(f"malformed batch header in fetch response: {exc}") from exc
+
+
+def _stats_text(value: Any) -> str:
+    """A header's statistics as sent: JSON text (a str), else the answer is malformed."""
+    if not isinstance(value, str):
+        raise TypeError(f"stats must be a string, got {type(value).__name__}")
+    return value
 
 
 def address_of(host: str, port: int) -> str:

@@ -1,4 +1,4 @@
-"""Per-batch column statistics of typed topics and the batch-skipping rule, pure (issue #26; not yet wired).
+"""Per-batch column statistics of typed topics and the batch-skipping rule, pure (issue #26).
 
 A stored batch may carry, for chosen columns, its minimum, maximum and null count (``compute``: Arrow's
 vectorised min/max, no Python per row). A reader's filters are conjunctive predicates of the kinds
@@ -7,6 +7,11 @@ Spark's Python data source pushes (``Predicate``: =, <, <=, >, >=, IN, IS NULL, 
 column without statistics, a value of another type, or a kind it does not know keeps the batch, so a
 skipped batch never held a matching row and readers re-check the rows of the batches they get. Offsets
 are never filtered: a reader that skips a batch still advances past it.
+
+Where they are used: the leader computes them for ``schema.statistics.columns`` (``broker/log/partition_log.py``)
+into each batch's header; a typed read's ``filters`` (``predicate_to_wire`` / ``predicates_from_wire``, the
+one wire form, built by the Spark side) reach ``broker/typed_fetch.py``, and the broker does not send a batch
+``may_match`` rules out (``broker/rpc/data_handlers.py``).
 
 Statistics are kept only where they are exact bounds: a float column holding NaN has none (NaN orders
 after every number in Arrow and before none in Spark), and a string or binary column whose minimum or
@@ -25,7 +30,10 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ads_spark.errors import InvalidRequestError
+
 VALUE_BYTES_MAX = 64
+IN_VALUES_MAX = 1024  # values of one "in" predicate on the wire (request_schemas.TYPED_READ bounds it too)
 METADATA_KEY = "ads.stats"
 KINDS = ("=", "<", "<=", ">", ">=", "in", "is_null", "is_not_null", "starts_with")
 
@@ -169,4 +177,68 @@ def _typed(value: Any, arrow_type: pa.DataType) -> Any:
             return datetime.datetime.fromisoformat(text)
         if pa.types.is_date(arrow_type):
             return datetime.date.fromisoformat(text)
+    return value
+
+
+# ---- wire form of a read's filters ------------------------------------------------------------------------
+
+
+def predicate_to_wire(p: Predicate) -> dict[str, Any]:
+    """``{"kind", "column", "value"}`` (JSON; ``value`` absent for IS [NOT] NULL, a list for IN): what a typed
+    read's ``filters`` carry. Values take the stored statistics' form (bytes, decimals, dates, timestamps as
+    ``{"b64"}`` / ``{"text"}``), so ``predicates_from_wire`` reads them back as the column's Python type."""
+    if p.kind not in KINDS:
+        raise InvalidRequestError(f"filter on column '{p.column}': unknown kind {p.kind!r} (kinds: {', '.join(KINDS)})")
+    wire: dict[str, Any] = {"kind": p.kind, "column": p.column}
+    if p.kind == "in":
+        wire["value"] = [_plain(v) for v in p.value]
+    elif p.kind not in ("is_null", "is_not_null"):
+        wire["value"] = _plain(p.value)
+    return wire
+
+
+def predicates_from_wire(items: list, schema: pa.Schema) -> list[Predicate]:
+    """``predicate_to_wire``'s inverse against ``schema`` (the read's user columns): InvalidRequestError naming
+    a column ``schema`` does not have, a kind not in ``KINDS``, or a value that is not of the wire form."""
+    if not isinstance(items, list):
+        raise InvalidRequestError(f"filters must be a list, got {type(items).__name__}")
+    return [_predicate_from_wire(item, schema) for item in items]
+
+
+def _predicate_from_wire(item: Any, schema: pa.Schema) -> Predicate:
+    if not isinstance(item, dict) or not isinstance(item.get("column"), str):
+        raise InvalidRequestError(f"a filter must be an object naming its column, got {item!r:.200}")
+    kind, column = item.get("kind"), item["column"]
+    if kind not in KINDS:
+        raise InvalidRequestError(f"filter on column '{column}': unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    index = schema.get_field_index(column)
+    if index < 0:
+        raise InvalidRequestError(f"filter {kind!r} names column '{column}', which the read's schema does not have "
+                                  f"(columns: {schema.names})")
+    arrow_type, value = schema.field(index).type, item.get("value")
+    try:
+        if kind in ("is_null", "is_not_null"):
+            return Predicate(kind, column)
+        if kind == "in":
+            if not isinstance(value, list) or len(value) > IN_VALUES_MAX:
+                raise ValueError(f"'in' takes a list of at most {IN_VALUES_MAX} values")
+            return Predicate(kind, column, [_wire_value(v, arrow_type) for v in value])
+        return Predicate(kind, column, _wire_value(value, arrow_type))
+    except (ValueError, TypeError, ArithmeticError) as exc:  # binascii.Error is a ValueError
+        raise InvalidRequestError(f"filter {kind!r} on column '{column}' ({arrow_type}): bad value "
+                                  f"{value!r:.200}: {exc}") from None
+
+
+def _wire_value(value: Any, arrow_type: pa.DataType) -> Any:
+    """One wire value as the column's Python type: JSON scalars as they are, the tagged forms decoded."""
+    if isinstance(value, dict):
+        if len(value) != 1 or not isinstance(next(iter(value.values())), str) or not value.keys() <= {"b64", "text"}:
+            raise ValueError('a tagged value is {"b64": text} or {"text": text}')
+        if "b64" in value:
+            return base64.b64decode(value["b64"], validate=True)
+        if not (pa.types.is_decimal(arrow_type) or pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type)):
+            raise ValueError('{"text": ...} is for decimal, date and timestamp columns')
+        return _typed(value, arrow_type)
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise ValueError("a value is a JSON scalar or a tagged value")
     return value

@@ -169,6 +169,8 @@ EVIDENCE = {
                                "test_schema_type_is_fixed_and_the_rules_hold_on_alter"),
     ("topic", "schema.compatibility"): ("test", "integration/test_typed_topics_admin.py",
                                         "test_schema_compatibility_is_the_rule_a_registration_passes"),
+    ("topic", "schema.statistics.columns"): ("test", "integration/test_typed_statistics.py",
+                                             "test_filters_skip_batches_by_statistics_and_offsets_stay_whole"),
     ("broker", "log.cleaner.min.cleanable.ratio"): ("default of topic key", "min.cleanable.dirty.ratio"),
     ("broker", "log.cleaner.min.compaction.lag.ms"): ("default of topic key", "min.compaction.lag.ms"),
     ("broker", "log.cleaner.max.compaction.lag.ms"): ("default of topic key", "max.compaction.lag.ms"),

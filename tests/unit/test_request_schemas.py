@@ -176,6 +176,9 @@ def _valid(kind: sk.Kind) -> st.SearchStrategy:
             return st.sampled_from(kind.choices)
         return st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                        max_size=min(kind.max_chars, 12))
+    if isinstance(kind, sk.Scalar):
+        return st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
+                         st.floats(allow_nan=False, allow_infinity=False), _valid(kind.text))
     if isinstance(kind, sk.OneOf):
         return st.one_of(*[_valid(k) for k in kind.kinds])
     if isinstance(kind, sk.MapOf):

@@ -38,6 +38,8 @@ class LogConfig:
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms: a record stays uncompacted at least this long
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms: dirty records this old are cleaned anyway
     delete_retention_ms: int = 86_400_000  # delete.retention.ms: tombstones live this long after first cleaned
+    # schema.statistics.columns: a typed topic's columns whose min/max/null count the leader keeps per batch
+    statistics_columns: tuple[str, ...] = ()
 
     @property
     def compact(self) -> bool:

@@ -11,6 +11,11 @@ indexes agree with the file in O(1), and validates everything from the segment
 holding the recovery point on, batch by batch (``segment.scan_segment``). So the
 cost of an unclean start grows with the unflushed tail, not with the log.
 
+Typed batches' statistics (issue #26): the leader's append computes, outside the lock, the min/max/null
+count of the topic's ``schema.statistics.columns`` (``LogConfig.statistics_columns``, so an alter applies
+to the next append, and no caller's signature changed) on the resolved batch, and seals them into its
+header (``BatchHeader.stats``); followers store the leader's messages as they are, statistics included.
+
 All public methods take the log's lock; batches returned by ``read`` stay valid
 after the lock is released and even after a later truncation or deletion
 (see ``segment.py`` for why).
@@ -43,10 +48,11 @@ from ads_spark.errors import (
     RecordTooLargeError, StorageError,
 )
 from ads_spark.protocol.records import (
-    NO_SCHEMA_ID, PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
-    int64_column,
+    NO_SCHEMA_ID, NO_STATS, PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME,
+    BatchHeader, int64_column,
 )
 from ads_spark.protocol.typed_records import TYPED_PRODUCE_PREFIX, TYPED_STORED_PREFIX, schema_id_of
+from ads_spark.schemas import statistics
 
 log = logging.getLogger("ads.log")
 
@@ -74,6 +80,14 @@ def _stored_schema_of(produce_schema: pa.Schema) -> tuple[pa.Schema, int]:
         raise InvalidRequestError(f"batch schema {produce_schema} is neither PRODUCE_SCHEMA nor a typed produce schema")
     stored = pa.schema([TYPED_STORED_PREFIX[0], *produce_schema], metadata=produce_schema.metadata)
     return stored, version
+
+
+def _statistics_text(batch: pa.RecordBatch, columns: Sequence[str]) -> str:
+    """The header's statistics of a typed produce batch's ``columns`` (those it has), or NO_STATS for none."""
+    if not columns:
+        return NO_STATS
+    found = statistics.compute(batch, columns)
+    return statistics.to_metadata(found)[statistics.METADATA_KEY] if found else NO_STATS
 
 
 def _stamp(batch: pa.RecordBatch, stored_schema: pa.Schema, base_offset: int, timestamp_type: int,
@@ -179,6 +193,7 @@ class PartitionLog:
         produce schema of one version: the broker checked it against the registered version); bad input
         writes nothing. A batch of another schema than the active segment's starts a new segment."""
         stored_schema, schema_id = _stored_schema_of(batch.schema)
+        stats = _statistics_text(batch, self.config.statistics_columns) if schema_id != NO_SCHEMA_ID else NO_STATS
         if batch.num_rows == 0:
             raise InvalidRequestError("an empty batch cannot be appended")
         if batch.nbytes > self.config.max_message_bytes:
@@ -192,7 +207,7 @@ class PartitionLog:
             records, max_timestamp_ms = _stamp(batch, stored_schema, base, timestamp_type, now_ms)
             message, header = encode_sealed_message(records, BatchHeader(
                 base, batch.num_rows, leader_epoch, max_timestamp_ms, timestamp_type, producer_id, producer_epoch,
-                base_sequence, schema_id=schema_id))
+                base_sequence, schema_id=schema_id, stats=stats))
             if schema_id != NO_SCHEMA_ID:
                 self._note_schema_locked(schema_id, stored_schema)
             self._write_locked([(message, header)], now_ms)

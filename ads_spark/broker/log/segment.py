@@ -40,7 +40,7 @@ from ads_spark.broker.log import file_modes
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.index import IndexEntry, IndexInconsistent, SegmentIndex
 from ads_spark.errors import CorruptMessageError, StorageError
-from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader, check_sequence, message_crc, verify
+from ads_spark.protocol.records import NO_STATS, RECORD_SCHEMA, BatchHeader, check_sequence, message_crc, verify
 from ads_spark.protocol.typed_records import check_stored_schema
 
 log = logging.getLogger("ads.log")
@@ -115,6 +115,10 @@ def encode_sealed_message(batch: pa.RecordBatch, header: BatchHeader) -> tuple[p
     metadata in place (same width, so nothing moves). Sealing then encoding serialized
     every produced batch twice.
     """
+    if _CRC_SLOT.decode() in header.stats:
+        # A string statistic equal to the slot's text would take the CRC's digits: statistics are optional
+        # (a batch without them is always read), so the batch is stored without them.
+        header = replace(header, stats=NO_STATS)
     metadata = header.to_metadata()
     metadata["ads.crc"] = _CRC_SLOT.decode()
     sink = pa.BufferOutputStream()

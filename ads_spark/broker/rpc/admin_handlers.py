@@ -18,7 +18,9 @@ from ads_spark.protocol import wire
 from ads_spark.protocol.names import validate_topic_name
 from ads_spark.replication import reassignment
 from ads_spark.config import TOPIC_KEYS, validate_topic_config
-from ads_spark.config_schemas import check_unchanged_type, creation_config
+from ads_spark.config_schemas import (
+    ARROW, SCHEMA_STATISTICS_COLUMNS, check_statistics_columns, check_unchanged_type, creation_config, schema_type,
+)
 from ads_spark.errors import (
     AdsError,
     BrokerNotAvailableError,
@@ -239,6 +241,8 @@ class AdminHandlers:
         schema = first_version(entry.get("schema"))
         config = validate_topic_config(creation_config(entry.get("config") or {}, schema is not None),
                                        replication_factor, self.broker.config.topic_defaults())
+        if schema is not None:
+            check_statistics_columns(name, config, schema)
         observers = entry.get("observers") or []
         if not (isinstance(observers, list) and all(isinstance(b, int) for b in observers)) \
                 or len(set(observers)) != len(observers):
@@ -279,6 +283,9 @@ class AdminHandlers:
         replication_factor = membership.replication_factor(topic)
         validated = validate_topic_config(updated, replication_factor, self.broker.config.topic_defaults())
         check_unchanged_type(topic, current, validated)
+        if SCHEMA_STATISTICS_COLUMNS in to_set and schema_type(validated) == ARROW:
+            # Named columns must be the latest version's now; a later version may drop one (no statistics then).
+            check_statistics_columns(topic, validated, membership.zk.latest_schema(topic)[1])
         if not body.get("validate_only"):
             membership.set_topic_config(topic, validated)
         return {"error_code": 0, "topic": topic, "overrides": validated}

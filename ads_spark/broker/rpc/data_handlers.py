@@ -77,16 +77,19 @@ def _any_gap_skipped(responses) -> bool:
     return any(not batches and "next_offset" in meta for meta, batches in responses)
 
 
-def _as_typed_read(batches: list, spec: dict, typed: TypedRead | None) -> list:
-    """A consumer's batches as its read sends them: typed ones only to a typed read of their topic."""
+def _as_typed_read(batches: list, spec: dict, typed: TypedRead | None) -> tuple[list, int]:
+    """A consumer's batches as its read sends them (typed ones only to a typed read of their topic), and how
+    many the read's filters skipped by their statistics (``TypedRead.may_match``)."""
     if typed is None:
         if any(header.schema_id for _, header in batches):
             raise InvalidRequestError(f"topic '{spec['topic']}' is typed (schema.type=arrow): fetch it as a typed "
                                       f"read naming a schema version")
-        return batches
+        return batches, 0
     if spec["topic"] != typed.topic:
         raise InvalidRequestError(f"a typed read of topic '{typed.topic}' cannot fetch topic '{spec['topic']}'")
-    return [(typed.convert(batch, header, spec["partition"]), header) for batch, header in batches]
+    kept = [(batch, header) for batch, header in batches if typed.may_match(header)]
+    sent = [(typed.convert(batch, header, spec["partition"]), header) for batch, header in kept]
+    return sent, len(batches) - len(kept)
 
 
 def _or(value: Any, default: Any) -> Any:
@@ -110,6 +113,9 @@ class DataHandlers:
         # Arrow bytes of the record batches fetches returned, by reader (ads_fetch_bytes_total): what a
         # typed read's projection saves shows here.
         self.fetched_bytes = {"consumer": 0, "follower": 0}
+        # Batches typed reads did not send because their statistics ruled out the read's filters
+        # (ads_fetch_batches_skipped_total; a long-poll that reads again counts its skips again).
+        self.skipped_batches = 0
         self._rotation = 0  # where the next fetch starts reading (a race only shifts a start: no lock)
 
     # ---- produce ----------------------------------------------------------------
@@ -266,9 +272,12 @@ class DataHandlers:
         if budget <= 0:
             return []
         batches = partition.read(spec["fetch_offset"], end, budget)
-        batches = _as_typed_read(batches, spec, typed)
+        # From every batch read, sent or skipped by the read's filters: the reader moves past skipped batches,
+        # and offsets stay those of the log, so a replay reads the same rows.
         next_offset = consumer_next_offset(spec["fetch_offset"], end,
                                            [(header.base_offset, header.record_count) for _, header in batches[-1:]])
+        batches, skipped = _as_typed_read(batches, spec, typed)
+        self.skipped_batches += skipped
         if next_offset is not None:
             meta["next_offset"] = next_offset
         return batches
