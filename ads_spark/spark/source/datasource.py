@@ -38,10 +38,36 @@ class AdsDataSource(DataSource):
         return parse_source_options(self.options, streaming=streaming)
 
     def schema(self):
-        """Called at ``load()`` for reads only: the place to reject bad source options early."""
+        """Called at ``load()`` for reads only (not when the user gives ``.schema(...)``): the place to
+        reject bad source options early, and to learn whether the topic is typed (its columns, then)."""
         from ads_spark.spark.source.schema import spark_schema
 
-        return spark_schema(self._source_options(streaming=None).include_headers)
+        options = self._source_options(streaming=None)
+        typed = self._typed(options)
+        return typed.spark_schema() if typed is not None else spark_schema(options.include_headers)
+
+    def _typed(self, options):
+        """The typed read (spark/source/typed.py), asked of the brokers once per DataFrame: kept on this
+        instance, which Spark pickles into the reader's process after ``schema()``."""
+        if "_typed_source" not in self.__dict__:
+            from ads_spark.spark.source.typed import typed_source
+
+            self._typed_source = typed_source(options, self.options)
+        return self._typed_source
+
+    def _with_typed(self, options, schema):
+        """``options`` carrying the typed read narrowed to a user ``.schema(...)``; for a Kafka-shaped read
+        the user schema must be Kafka's."""
+        from dataclasses import replace
+
+        from ads_spark.spark.source.schema import check_user_schema
+        from ads_spark.spark.source.typed import narrowed
+
+        typed = self._typed(options)
+        if typed is None:
+            check_user_schema(schema, options.include_headers)
+            return options
+        return replace(options, typed=narrowed(typed, schema))
 
     def _forget_login(self) -> None:
         for key in _LOGIN_OPTIONS:
@@ -49,23 +75,26 @@ class AdsDataSource(DataSource):
                 del self.options[key]
 
     def reader(self, schema):
-        from ads_spark.spark.source.reader import AdsBatchReader
-        from ads_spark.spark.source.schema import check_user_schema
+        from ads_spark.spark.options import lower_keys, option_bool
+        from ads_spark.spark.source.reader import AdsBatchReader, AdsFilteringBatchReader
 
-        options = self._source_options(streaming=False)
-        check_user_schema(schema, options.include_headers)
-        made = AdsBatchReader(options)
+        options = self._with_typed(self._source_options(streaming=False), schema)
+        # pushFilters only when asked: Spark refuses a reader that overrides it while its conf is off.
+        push = option_bool(lower_keys(self.options), "pushfilters", "pushFilters", False)
+        made = AdsFilteringBatchReader(options) if push else AdsBatchReader(options)
         self._forget_login()
         return made
 
     def streamReader(self, schema):
         from ads_spark.errors import InvalidConfigError
+        from ads_spark.spark.options import lower_keys
         from ads_spark.spark.source.reader import AdsStreamReader, RejectedStreamReader
-        from ads_spark.spark.source.schema import check_user_schema
 
         try:
-            options = self._source_options(streaming=True)
-            check_user_schema(schema, options.include_headers)
+            options = self._with_typed(self._source_options(streaming=True), schema)
+            if "pushfilters" in lower_keys(self.options):
+                raise InvalidConfigError("option 'pushFilters' is for batch reads (Spark pushes no filters to "
+                                         "streaming sources); use the option 'filter'")
         except InvalidConfigError as exc:
             self._forget_login()
             return RejectedStreamReader(exc)

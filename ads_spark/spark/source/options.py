@@ -136,6 +136,9 @@ class SourceOptions:
     # registers it in the driver process (``clients.register_login``) and keeps only the handle.
     login: ClientSecurity | None = None
     login_handle: str = ""
+    # A typed topic's read (spark/source/typed.py TypedSource), set by the data source after asking the
+    # brokers; None: Kafka-shaped.
+    typed: Any = None
 
     @property
     def bootstrap_servers(self) -> str:

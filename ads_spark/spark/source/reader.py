@@ -65,6 +65,7 @@ from ads_spark.spark.source.planning import (
 from ads_spark.spark.source.prefetch import read_ahead
 from ads_spark.spark.source.resolution import DeferredRange, check_starting_timestamps, defer_batch
 from ads_spark.spark.source.schema import to_spark_batches
+from ads_spark.spark.source.typed import predicate_of, to_spark_batches as typed_batches
 
 log = logging.getLogger("ads.spark.source")
 
@@ -104,12 +105,14 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
     if not _same_incarnation(admin, r, options.fail_on_data_loss):
         return
     position, step_records, empty_since = r.start_offset_inclusive, READ_STEP_RECORDS_INITIAL, None
+    typed = options.typed
+    typed_read = typed.read_request() if typed is not None else None
     while position < r.end_offset_exclusive:
         upper = min(r.end_offset_exclusive, position + step_records)
         try:
             # next_offset passes the offsets compaction removed (a compacted topic has gaps, even at a range's
             # end), so a range whose last offsets are gone completes, and no step asks for a gap twice.
-            fetched = consumer.fetch_range(tp, position, upper, max_bytes=FETCH_BYTES_MAX)
+            fetched = consumer.fetch_range(tp, position, upper, max_bytes=FETCH_BYTES_MAX, typed=typed_read)
         except OffsetOutOfRangeError:
             position = _skip_to_log_start(admin, r, position, options.fail_on_data_loss)
             continue
@@ -125,7 +128,8 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
                           options.fail_on_data_loss)
             return
         if table.num_rows:
-            yield from to_spark_batches(table, r.topic, r.partition, options.include_headers)
+            yield from (typed_batches(table, typed, r.partition) if typed is not None
+                        else to_spark_batches(table, r.topic, r.partition, options.include_headers))
         # Steps are offset distances: sized by bytes per OFFSET read, so a sparse (compacted) stretch takes
         # longer steps instead of one fetch per few records; never more than READ_STEP_RECORDS_MAX offsets.
         bytes_per_offset = max(1e-3, table.nbytes / (fetched.next_offset - position))
@@ -225,6 +229,25 @@ class AdsBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(self.options, partition)
+
+
+class AdsFilteringBatchReader(AdsBatchReader):
+    """A batch reader that takes Spark's pushed filters (option ``pushFilters=true``, with Spark's
+    ``spark.sql.python.filterPushdown.enabled``): those on a typed topic's user columns that
+    ``typed.predicate_of`` can state are applied here (brokers skip batches, ``typed.to_spark_batches`` keeps the
+    matching rows), so Spark does not evaluate them again; every other filter is handed back to Spark."""
+
+    def pushFilters(self, filters):
+        typed = self.options.typed
+        taken = []
+        for spark_filter in filters:
+            predicate = predicate_of(spark_filter, typed.user_schema) if typed is not None else None
+            if predicate is None:
+                yield spark_filter
+            else:
+                taken.append(predicate)
+        if taken:
+            self.options = replace(self.options, typed=replace(typed, predicates=typed.predicates + tuple(taken)))
 
 
 # ---- streaming ----------------------------------------------------------------------
