@@ -166,3 +166,53 @@ def test_a_stream_reads_added_columns_after_a_restart_and_fails_by_name_on_a_cha
     columns, seen = run_once()  # restarted: planned at version 3, it reads on from the checkpoint
     assert [(r.order_id, r.region) for r in seen] == [(60, 7)]
     admin.close()
+
+
+# ---- writes ---------------------------------------------------------------------------------------------
+
+
+def test_a_write_matches_columns_by_name_refuses_a_mismatch_before_any_task_and_merges_when_asked(
+        spark, cluster):
+    bootstrap = cluster.bootstrap_servers
+    topic = f"typed-{uuid.uuid4().hex[:8]}"
+    admin = Admin({"bootstrap.servers": bootstrap})
+    admin.create_topic(topic, 2, 3, schema=DDL)
+    # Columns in another order, an INT where the topic has BIGINT, and a key to route by.
+    df = spark.createDataFrame([(f"r{i % 4}", i, i * 0.25, f"k{i}") for i in range(100)],
+                               "region string, order_id int, amount double, key string")
+    df.write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap).option("topic", topic).save()
+    back = reader(spark, bootstrap, subscribe=topic)
+    assert_df_equality(back.select("order_id", "region", "amount"), expected(spark, 0, 100), ignore_row_order=True,
+                       ignore_nullable=True)
+
+    extra = df.withColumn("note", df.region)
+    with pytest.raises(Exception, match=r"column\(s\) \['note'\] are not in topic"):
+        extra.write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap) \
+            .option("topic", topic).save()
+    wrong = spark.createDataFrame([("x", 1.5)], "region string, order_id double")
+    with pytest.raises(Exception, match="column 'order_id' is double, the topic's is int64"):
+        wrong.write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap) \
+            .option("topic", topic).save()
+    assert reader(spark, bootstrap, subscribe=topic).count() == 100  # nothing of either was written
+
+    extra.write.format("ads").mode("append").option("ads.bootstrap.servers", bootstrap).option("topic", topic) \
+        .option("mergeSchema", "true").save()
+    assert admin.describe_schema(topic)["latest"] == 2
+    notes = reader(spark, bootstrap, subscribe=topic).where("note IS NOT NULL").count()
+    assert notes == 100
+    admin.close()
+
+
+def test_a_stream_writes_a_typed_topic_it_creates(spark, cluster, orders, checkpoint_dir):
+    bootstrap = cluster.bootstrap_servers
+    target = f"typed-{uuid.uuid4().hex[:8]}"
+    source = spark.readStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("subscribe", orders) \
+        .option("startingOffsets", "earliest").load().select("order_id", "region", "amount")
+    query = source.writeStream.format("ads").option("ads.bootstrap.servers", bootstrap).option("topic", target) \
+        .option("createTypedTopic", "true").option("checkpointLocation", checkpoint_dir) \
+        .trigger(availableNow=True).start()
+    query.awaitTermination(120)
+    query.stop()
+    copied = reader(spark, bootstrap, subscribe=target)
+    assert_df_equality(copied.select("order_id", "region", "amount"), expected(spark, 0, ROWS),
+                       ignore_row_order=True, ignore_nullable=True)

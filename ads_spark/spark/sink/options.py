@@ -61,6 +61,7 @@ class SinkOptions:
     # Streaming writes replay without duplicates (derived producer ids); needs acks=all and idempotence.
     exactly_once: bool = True
     login: ClientSecurity | None = None  # SASL: replaced by sasl.token in client_config before shipping
+    typed: Any = None  # a typed topic's write (sink/typed.py TypedSink), decided on the driver; None: Kafka-shaped
 
 
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
@@ -125,6 +126,8 @@ class ProduceRows:
 
 
 def to_produce_rows(batch: pa.RecordBatch, options: SinkOptions) -> ProduceRows:
+    if options.typed is not None:
+        return _typed_produce_rows(batch, options.typed)
     columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
     if "value" not in columns:
         raise InvalidRequestError("the ads sink got a batch without a 'value' column")
@@ -161,3 +164,25 @@ def _timestamps(column: pa.Array | None, rows: int) -> pa.Array:
         return pa.repeat(now, rows)
     as_ms = pc.cast(column, pa.timestamp("ms"), safe=False)
     return as_ms.fill_null(now) if as_ms.null_count else as_ms
+
+
+def _typed_produce_rows(batch: pa.RecordBatch, typed) -> ProduceRows:
+    """A typed topic's rows: the version's produce columns by name (``client/typed.fit_to_version``), the
+    record time from ``timestamp`` (else now), and routing from ``key`` / ``partition`` as for Kafka's."""
+    from ads_spark.client.typed import fit_to_version
+
+    names = batch.schema.names
+    kept = [name for name in names if name not in ("partition", "timestamp", "headers", "key", "topic")]
+    columns = [batch.column(name) for name in kept]
+    fields = [batch.schema.field(name) for name in kept]
+    rows = batch.num_rows
+    extras = {"timestamp": _timestamps(batch.column("timestamp") if "timestamp" in names else None, rows),
+              "key": batch.column("key").cast(pa.binary()) if "key" in names else pa.nulls(rows, pa.binary()),
+              "headers": _headers(batch.column("headers")) if "headers" in names else pa.nulls(rows, HEADER_TYPE)}
+    for name, column in extras.items():
+        columns.append(column)
+        fields.append(pa.field(name, column.type))
+    records = fit_to_version(pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields)), typed.topic,
+                             typed.version, typed.user_schema)
+    partitions = batch.column("partition").cast(pa.int32()) if "partition" in names else None
+    return ProduceRows(records, None, partitions)

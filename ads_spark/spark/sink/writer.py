@@ -59,6 +59,8 @@ from ads_spark.spark.sink.options import (
     to_produce_rows,
 )
 from ads_spark.spark.sink.partitioning import assign_partitions, chunk_bounds, group_by_topic, group_rows
+from ads_spark.spark.sink.typed import plan_typed_sink
+from ads_spark.spark.options import lower_keys, option_bool
 from ads_spark.spark import clients
 
 log = logging.getLogger("ads.spark.sink")
@@ -235,8 +237,11 @@ def _chunks(records: pa.RecordBatch, max_bytes: int) -> list[pa.RecordBatch]:
     import numpy as np
     import pyarrow.compute as pc
 
-    row_bytes = ROW_OVERHEAD_BYTES + sum(np.asarray(pc.binary_length(records.column(name)).fill_null(0))
-                                         for name in ("key", "value"))
+    if "value" in records.schema.names:
+        row_bytes = ROW_OVERHEAD_BYTES + sum(np.asarray(pc.binary_length(records.column(name)).fill_null(0))
+                                             for name in ("key", "value"))
+    else:  # a typed topic's rows: their columns' bytes spread evenly (the halving below corrects the estimate)
+        row_bytes = np.full(records.num_rows, ROW_OVERHEAD_BYTES + records.nbytes // max(1, records.num_rows))
     pending = deque(records.slice(start, end - start) for start, end in chunk_bounds(row_bytes, max_bytes))
     chunks: list[pa.RecordBatch] = []
     while pending:  # halving ends: every split makes chunks of fewer rows, and one row is never split
@@ -287,11 +292,17 @@ def _validated(options: Mapping[str, Any], schema, overwrite: bool) -> SinkOptio
     if overwrite:
         raise InvalidConfigError(f"mode('overwrite') is not supported: {BATCH_MODE_HINT}")
     parsed = parse_sink_options(options)
-    check_input_schema(schema, parsed)
-    if parsed.login is None:
+    if parsed.login is not None:
+        handle = clients.register_login(parsed.client_config, parsed.login)
+        parsed = replace(parsed, client_config=clients.driver_config(parsed.client_config, handle), login=None)
+    raw = lower_keys(options)
+    typed = plan_typed_sink(clients.admin_for(parsed.client_config), parsed.topic, schema,
+                            option_bool(raw, "mergeschema", "mergeSchema", False),
+                            option_bool(raw, "createtypedtopic", "createTypedTopic", False))
+    if typed is None:
+        check_input_schema(schema, parsed)
         return parsed
-    handle = clients.register_login(parsed.client_config, parsed.login)
-    return replace(parsed, client_config=clients.driver_config(parsed.client_config, handle), login=None)
+    return replace(parsed, typed=typed)
 
 
 def _summarise(messages, what: str) -> int:
