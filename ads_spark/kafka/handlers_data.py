@@ -18,6 +18,12 @@ transactions (a transactional id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fat
 report as such), fetch sessions (session id 0: every answer is a full one, KIP-227's sessionless
 mode), follower fetches from a Kafka replica (INVALID_REQUEST: ADS's followers replicate over Flight),
 and aborted transactions (always none, so the last stable offset is the HW).
+
+Typed topics (``schema.type=arrow``, issue #26) store Arrow columns, not key/value records, so Kafka clients
+can neither write nor read them: a Produce to one is INVALID_RECORD per partition, naming the topic and
+ADS's Arrow producer, before its batch is decoded; a Fetch of one is UNSUPPORTED_FOR_MESSAGE_FORMAT per
+partition (``TYPED_TOPIC_FETCH_ERROR``: why that code there), nothing read. ListOffsets, OffsetForLeaderEpoch
+and Metadata need no records and answer for typed topics as for any other.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import crc32c
 import pyarrow as pa
 
 from ads_spark.broker.rpc import authorization, call_context
+from ads_spark.config_schemas import ARROW, SCHEMA_TYPE
 from ads_spark.errors import (
     AdsError, ErrorCode, InvalidRecordError, RequestTimedOutError, UnsupportedCompressionTypeError,
 )
@@ -44,8 +51,18 @@ PRODUCE_KEY, FETCH_KEY, LIST_OFFSETS_KEY, INIT_PRODUCER_ID_KEY, OFFSET_FOR_LEADE
 
 # Kafka's codes for what ADS has no error class of its own (its classes carry Kafka's numbers too).
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
+
+# A Kafka fetch of a typed topic's partition. The answer has no per-partition message, so the code must say
+# it alone, and end the read rather than be retried: UNSUPPORTED_FOR_MESSAGE_FORMAT (43, "the message format
+# on the broker does not support the request") is Kafka's own code for records stored in a form a fetch
+# cannot be served; librdkafka hands it to the application as a consumer error (confluent-kafka's
+# KafkaError.retriable() false), kio marks it not retriable, and the Java consumer throws on it (a code it
+# does not handle). INVALID_REQUEST would blame the client's request; CORRUPT_MESSAGE is retriable, and
+# TOPIC_AUTHORIZATION_FAILED or UNKNOWN_TOPIC_OR_PARTITION would send users after ACLs or metadata.
+TYPED_TOPIC_FETCH_ERROR = UNSUPPORTED_FOR_MESSAGE_FORMAT
 
 ZSTD_PRODUCE_VERSION_MIN = 7  # Kafka accepts zstd batches from Produce v7 on (KIP-110)
 # A produce request waits for its partitions' answers up to its own timeout (capped by the broker's
@@ -86,6 +103,11 @@ def group_by_topic(answers: list[tuple[str, dict]], topic_field: str, partitions
     for topic, answer in answers:
         grouped.setdefault(topic, []).append(answer)
     return [{topic_field: topic, partitions_field: items} for topic, items in grouped.items()]
+
+
+def _typed(call: KafkaCall, topic: str) -> bool:
+    """A typed topic (``schema.type=arrow``): no Kafka record batch can be written to or read from it."""
+    return call.broker.topic_config(topic).get(SCHEMA_TYPE) == ARROW
 
 
 # ---- Produce ----------------------------------------------------------------------------------------
@@ -222,6 +244,12 @@ def _submit_partition(call: KafkaCall, topic: str, index: int, records: Any, ack
     if refused:  # before decoding: a caller without Write costs the broker no decompression
         respond({"error_code": refused[topic], "message": f"not authorized to write to {topic}"})
         return
+    if _typed(call, topic):  # before decoding: nothing of the batch could be stored
+        respond({"error_code": int(ErrorCode.INVALID_RECORD),
+                 "message": f"topic '{topic}' is typed ({SCHEMA_TYPE}={ARROW}): its records are the columns of "
+                            f"a registered Arrow schema, not Kafka key/value records; produce to it with ADS's "
+                            f"Arrow producer (Producer.produce_arrow); nothing was stored"})
+        return
     try:
         # Arrow holds a record in about as many bytes as Kafka's varints do: the topic's batch limit bounds
         # what a batch may inflate to (a larger one is refused by the append anyway).
@@ -329,6 +357,10 @@ def handle_fetch(call: KafkaCall, request: Any) -> dict:
         if entry["topic"] in refused:
             errors[(entry["topic"], entry["partition"])] = refused[entry["topic"]]
     entries = [entry for entry in entries if entry["topic"] not in refused]
+    for entry in entries:
+        if _typed(call, entry["topic"]):  # after authorization: a caller without Read learns nothing of it
+            errors[(entry["topic"], entry["partition"])] = TYPED_TOPIC_FETCH_ERROR
+    entries = [entry for entry in entries if (entry["topic"], entry["partition"]) not in errors]
     read: dict[tuple[str, int], tuple[dict, list]] = {}
     if entries:
         body = request_schemas.check(request_schemas.FETCH, fetch_body(request, entries, bool(errors)), "fetch")
