@@ -19,11 +19,9 @@ report as such), fetch sessions (session id 0: every answer is a full one, KIP-2
 mode), follower fetches from a Kafka replica (INVALID_REQUEST: ADS's followers replicate over Flight),
 and aborted transactions (always none, so the last stable offset is the HW).
 
-Typed topics (``schema.type=arrow``, issue #26) store Arrow columns, not key/value records, so Kafka clients
-can neither write nor read them: a Produce to one is INVALID_RECORD per partition, naming the topic and
-ADS's Arrow producer, before its batch is decoded; a Fetch of one is UNSUPPORTED_FOR_MESSAGE_FORMAT per
-partition (``TYPED_TOPIC_FETCH_ERROR``: why that code there), nothing read. ListOffsets, OffsetForLeaderEpoch
-and Metadata need no records and answer for typed topics as for any other.
+Typed topics (``schema.type=arrow``, issue #26) hold Arrow columns, not key/value records: a Produce to one
+is INVALID_RECORD per partition naming ADS's Arrow producer (before decoding), a Fetch of one
+``TYPED_TOPIC_FETCH_ERROR`` per partition; ListOffsets, OffsetForLeaderEpoch and Metadata answer as for any topic.
 """
 
 from __future__ import annotations
@@ -55,13 +53,11 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 
-# A Kafka fetch of a typed topic's partition. The answer has no per-partition message, so the code must say
-# it alone, and end the read rather than be retried: UNSUPPORTED_FOR_MESSAGE_FORMAT (43, "the message format
-# on the broker does not support the request") is Kafka's own code for records stored in a form a fetch
-# cannot be served; librdkafka hands it to the application as a consumer error (confluent-kafka's
-# KafkaError.retriable() false), kio marks it not retriable, and the Java consumer throws on it (a code it
-# does not handle). INVALID_REQUEST would blame the client's request; CORRUPT_MESSAGE is retriable, and
-# TOPIC_AUTHORIZATION_FAILED or UNKNOWN_TOPIC_OR_PARTITION would send users after ACLs or metadata.
+# A Kafka fetch of a typed topic's partition. Fetch answers carry no per-partition message, so the code alone
+# must say why and end the read: 43 ("message format on broker does not support request") is Kafka's code for
+# stored records a fetch cannot be served as; librdkafka hands it to the application as a consumer error, not
+# retriable (nor in kio), and the Java consumer throws on it. INVALID_REQUEST would blame the client's request,
+# CORRUPT_MESSAGE is retriable, TOPIC_AUTHORIZATION_FAILED / UNKNOWN_TOPIC_OR_PARTITION point at ACLs / metadata.
 TYPED_TOPIC_FETCH_ERROR = UNSUPPORTED_FOR_MESSAGE_FORMAT
 
 ZSTD_PRODUCE_VERSION_MIN = 7  # Kafka accepts zstd batches from Produce v7 on (KIP-110)
