@@ -38,7 +38,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ads_spark.errors import CorruptMessageError
-from ads_spark.protocol.records import RECORD_SCHEMA, BatchHeader
+from ads_spark.protocol.records import NO_SCHEMA_ID, RECORD_SCHEMA, BatchHeader
+from ads_spark.schemas.projection import ProjectedRead
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -75,17 +76,20 @@ class SegmentsNotReadable(NotLocal):
     than the broker's, with security on): none of that broker's will be readable, so stop asking it."""
 
 
-def read_located(answer: dict[str, Any]) -> list[pa.RecordBatch]:
-    """The batches the broker located, mapped from its segment files (raises NotLocal when that is not safe)."""
+def read_located(answer: dict[str, Any], projection: ProjectedRead | None = None,
+                 partition: int = -1) -> list[pa.RecordBatch]:
+    """The batches the broker located, mapped from its segment files (raises NotLocal when that is not safe).
+    ``projection``: a typed topic's read (``schemas/projection.py``), applied as the broker's typed fetch does:
+    only the read's columns are touched; without it a typed segment is not read here."""
     if answer.get("host_id") != host_identity():
         raise NotLocal("the broker runs on another host")
     batches: list[pa.RecordBatch] = []
     for segment in answer.get("segments", []):
-        batches.extend(_read_segment(segment))
+        batches.extend(_read_segment(segment, projection, partition))
     return batches
 
 
-def _read_segment(segment: dict[str, Any]) -> list[pa.RecordBatch]:
+def _read_segment(segment: dict[str, Any], projection: ProjectedRead | None, partition: int) -> list[pa.RecordBatch]:
     try:
         mapped = pa.memory_map(segment["path"])
         stat = os.fstat(mapped.fileno())
@@ -107,8 +111,12 @@ def _read_segment(segment: dict[str, Any]) -> list[pa.RecordBatch]:
             # record_count is the batch's offset span; a cleaned batch holds fewer rows (header.rows) than that.
             if (header.base_offset, header.record_count, batch.num_rows) != (base_offset, record_count, header.rows):
                 raise NotLocal(f"{segment['path']}: batch at byte {position} is not offset {base_offset}")
+            if projection is not None:
+                if header.schema_id == NO_SCHEMA_ID:
+                    raise NotLocal(f"{segment['path']} holds Kafka-shaped batches, not typed ones")
+                batch = projection.convert(batch, header.schema_id, header.base_offset, partition)
             out.append(batch)
-        if out and not out[0].schema.equals(RECORD_SCHEMA):
+        if out and projection is None and not out[0].schema.equals(RECORD_SCHEMA):
             raise NotLocal(f"{segment['path']} does not hold RECORD_SCHEMA batches")
         return out
     except (OSError, pa.ArrowException, StopIteration, ValueError, KeyError, CorruptMessageError) as exc:

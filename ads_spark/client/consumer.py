@@ -43,6 +43,7 @@ from ads_spark.client.chunks import (
 from ads_spark.client.poll_fetcher import PollFetcher
 from ads_spark.client.groups.consumer_api import GroupMethods
 from ads_spark.local_reads import NotLocal, SegmentsNotReadable, host_identity, read_located
+from ads_spark.client.typed import local_projection
 from ads_spark.replication.epochs import consumer_divergence
 
 log = logging.getLogger("ads.client.consumer")
@@ -325,8 +326,8 @@ class Consumer(GroupMethods):
         meta, broker = self._connections.leader_of(tp.topic, tp.partition)
         # A retry after a failed same-rack read goes to the leader, which can always answer.
         replica = self._same_rack_replica(meta) if prefer_rack else None
-        if replica is None and max_wait_ms == 0 and typed is None:  # typed reads go over Flight (for now)
-            local = self._fetch_local(tp, start, max_bytes, meta.leader_epoch, broker)
+        if replica is None and max_wait_ms == 0:
+            local = self._fetch_local(tp, start, max_bytes, meta.leader_epoch, broker, typed)
             if local is not None:
                 return local
         broker = replica or broker
@@ -363,8 +364,9 @@ class Consumer(GroupMethods):
                              int(info.get("leader_epoch", meta.leader_epoch)), info.get("next_offset"))
 
     def _fetch_local(self, tp: TopicPartition, start: int, max_bytes: int, leader_epoch: int,
-                     broker) -> FetchedChunk | None:
-        """The fetch's batches mapped from the leader's segment files, or None when it is not on this host."""
+                     broker, typed: dict | None = None) -> FetchedChunk | None:
+        """The fetch's batches mapped from the leader's segment files, or None when it is not on this host.
+        ``typed``: read as the typed read asks (``client/typed.local_projection``), the same columns as Flight."""
         key = (broker.host, broker.port)
         if not self.local_reads or key in self._not_local:
             return None
@@ -378,7 +380,7 @@ class Consumer(GroupMethods):
         if int(answer.get("error_code", 0)):
             raise error_for(int(answer["error_code"]), answer.get("message", ""))
         try:
-            batches = read_located(answer)
+            batches = read_located(answer, local_projection(self._connections, typed), tp.partition)
         except SegmentsNotReadable as exc:
             # Another Unix user than the broker's, with security on: the files stay closed to this process, so
             # its fetches skip the locate from now on (said once per broker, not per fetch).

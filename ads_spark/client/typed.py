@@ -14,6 +14,7 @@ version is immutable, so only "which is the latest" goes stale.
 from __future__ import annotations
 
 import threading
+import weakref
 import time
 from typing import Any
 
@@ -137,3 +138,22 @@ def typed_read(topic: str, version: int, columns: list[str] | None = None,
         from ads_spark.schemas.statistics import predicate_to_wire
         read["filters"] = [predicate_to_wire(p) for p in filters]
     return read
+
+
+# A TopicSchemas per Connections (a process's consumers share their connections): versions are read once.
+_SCHEMAS_BY_CONNECTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def local_projection(connections, typed: dict | None):
+    """The ``ProjectedRead`` a local read of the typed read ``typed`` applies to mapped segments (None: a
+    Kafka-shaped read), its versions read through ``connections``."""
+    if typed is None:
+        return None
+    from ads_spark.schemas.projection import ProjectedRead
+
+    schemas = _SCHEMAS_BY_CONNECTIONS.get(connections)
+    if schemas is None:
+        schemas = _SCHEMAS_BY_CONNECTIONS[connections] = TopicSchemas(connections)
+    topic = typed["topic"]
+    return ProjectedRead(topic, typed["version"], typed.get("columns"),
+                         lambda version: schemas.version(topic, version)[1])
