@@ -43,7 +43,7 @@ from ads_spark.client.chunks import (
 from ads_spark.client.poll_fetcher import PollFetcher
 from ads_spark.client.groups.consumer_api import GroupMethods
 from ads_spark.local_reads import NotLocal, SegmentsNotReadable, host_identity, read_located
-from ads_spark.client.typed import local_projection
+from ads_spark.client.typed import TypedReadMethods, local_projection
 from ads_spark.replication.epochs import consumer_divergence
 
 log = logging.getLogger("ads.client.consumer")
@@ -67,7 +67,7 @@ class Record(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-class Consumer(GroupMethods):
+class Consumer(GroupMethods, TypedReadMethods):
     """A consumer of assigned or subscribed partitions: positions, and reads of committed records only.
 
     Owns the assignment and each partition's position (``_positions``: the next offset, or a
@@ -469,6 +469,9 @@ class Consumer(GroupMethods):
             self._position_epochs[key] = leader_epoch
 
     def poll(self, timeout: float = 1.0) -> list[Record]:
+        if self.typed_reads:
+            raise InvalidRequestError(f"poll() returns Kafka-shaped records; typed topics "
+                                      f"{sorted(self.typed_reads)} are read with poll_arrow()")
         tables = self.poll_arrow(timeout)
         records: list[Record] = []
         for tp, table in tables.items():

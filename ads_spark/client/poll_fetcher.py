@@ -68,11 +68,11 @@ class PollFetcher:
         self._changed = threading.Condition()
         # Invariant: a broker id is in _in_flight from the moment its fetch is submitted until its answers
         # are in _answers; so at most one fetch per leader is outstanding.
-        self._in_flight: set[int] = set()
+        self._in_flight: set[tuple[int, str | None]] = set()  # (broker id, typed topic or None)
         self._answers: dict[tuple[str, int], _Answer] = {}
         # Whether a partition's last answer ended below the HW; unknown (never fetched) counts as lagging.
         self._lagging: dict[tuple[str, int], bool] = {}
-        self._not_before: dict[int, float] = {}  # broker id -> monotonic time it may be asked again
+        self._not_before: dict[tuple[int, str | None], float] = {}  # -> monotonic time it may be asked again
         # Partition -> monotonic time until which it is read from its leader, its same-rack replica having failed.
         self._replica_fallback_until: dict[tuple[str, int], float] = {}
         # Partitions whose fetch position was beyond the leader's log: checked (KIP-320) before the next fetch
@@ -80,7 +80,7 @@ class PollFetcher:
         # _out_of_range_checked: out of range again there, the error goes to the caller). Bounded by the partitions.
         self._out_of_range: set[tuple[str, int]] = set()
         self._out_of_range_checked: dict[tuple[str, int], int] = {}
-        self._sessions: dict[tuple[str, int], FetchSession] = {}  # one per broker address
+        self._sessions: dict[tuple, FetchSession] = {}  # one per broker address (and typed read)
         self._closed = False
 
     def poll(self, positions: dict[tuple[str, int], int], timeout_s: float) -> dict[tuple[str, int], object]:
@@ -151,8 +151,10 @@ class PollFetcher:
                     retry_at = min(retry_at, now + FETCH_RETRY_BACKOFF_S)
                     continue
             source, address = self._source_for(key, meta, broker, now)
-            by_source.setdefault(source, []).append((key, position, meta.leader_epoch, address,
-                                                     source != meta.leader))
+            # A typed topic's partitions are fetched on a session of their own (its answers have its schema).
+            typed_topic = key[0] if key[0] in self._consumer.typed_reads else None
+            by_source.setdefault((source, typed_topic), []).append((key, position, meta.leader_epoch, address,
+                                                                    source != meta.leader))
         with self._changed:
             if self._closed:
                 return retry_at
@@ -199,8 +201,9 @@ class PollFetcher:
         positions[key] = checked
         return checked
 
-    def _fetch_from(self, source: int, wanted: list) -> None:
-        """One fetch from broker ``source`` (a leader, or a same-rack replica of some of ``wanted``)."""
+    def _fetch_from(self, source: tuple[int, str | None], wanted: list) -> None:
+        """One fetch from broker ``source[0]`` (a leader, or a same-rack replica of some of ``wanted``), of the
+        typed topic ``source[1]`` (None: Kafka-shaped topics)."""
         answers: dict[tuple[str, int], _Answer] = {}
         try:
             answers = self._fetch_local(wanted) or self._fetch_remote(wanted)
@@ -233,7 +236,7 @@ class PollFetcher:
                 continue
             chunk = self._consumer._fetch_local(TopicPartition(*key), position,
                                                 self._consumer.partition_fetch_max_bytes,
-                                                epoch, broker)
+                                                epoch, broker, self._consumer.typed_reads.get(key[0]))
             if chunk is not None and (chunk.table.num_rows or chunk.next_offset > position):  # data or a gap
                 answers[key] = self._record(key, position, chunk)
             else:
@@ -256,7 +259,8 @@ class PollFetcher:
                                               client_rack=consumer.client_rack)
         timeout_s = (consumer.fetch_max_wait_ms + self._connections.request_timeout_ms) / 1000
         try:
-            infos, batches = wire.split_fetch_answer(self._session_for(broker).fetch(request, timeout_s))
+            session = self._session_for(broker, self._consumer.typed_reads.get(wanted[0][0][0]))
+            infos, batches = wire.split_fetch_answer(session.fetch(request, timeout_s))
         except AdsError as error:
             if error.retriable:
                 self._connections.drop(broker.host, broker.port)
@@ -265,14 +269,14 @@ class PollFetcher:
                                        from_replica)
                 for key, position, _, _, from_replica in wanted}
 
-    def _session_for(self, broker) -> FetchSession:
-        key = (broker.host, broker.port)
+    def _session_for(self, broker, typed: dict | None) -> FetchSession:
+        key = (broker.host, broker.port, wire.dumps(typed) if typed is not None else None)
         with self._changed:
             session = self._sessions.get(key)
             if session is None:
                 session = self._sessions[key] = FetchSession(
                     lambda: self._connections.client_for(broker.host, broker.port),
-                    transport=self._connections.transport, address=key)
+                    transport=self._connections.transport, address=key[:2], typed=typed)
             return session
 
     def _answer_from(self, key, position: int, info: dict | None, batches: list,

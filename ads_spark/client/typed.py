@@ -151,9 +151,40 @@ def local_projection(connections, typed: dict | None):
         return None
     from ads_spark.schemas.projection import ProjectedRead
 
-    schemas = _SCHEMAS_BY_CONNECTIONS.get(connections)
-    if schemas is None:
-        schemas = _SCHEMAS_BY_CONNECTIONS[connections] = TopicSchemas(connections)
+    schemas = schemas_for(connections)
     topic = typed["topic"]
     return ProjectedRead(topic, typed["version"], typed.get("columns"),
                          lambda version: schemas.version(topic, version)[1])
+
+
+def schemas_for(connections) -> TopicSchemas:
+    """The TopicSchemas kept for ``connections``."""
+    schemas = _SCHEMAS_BY_CONNECTIONS.get(connections)
+    if schemas is None:
+        schemas = _SCHEMAS_BY_CONNECTIONS[connections] = TopicSchemas(connections)
+    return schemas
+
+
+class TypedReadMethods:
+    """The consumer's typed reads (mixed into ``Consumer``, which has ``_connections``): a topic declared with
+    ``read_typed`` comes back from ``poll_arrow`` (and ``fetch_range``'s callers) as Arrow tables of one schema
+    version's columns, projected on the brokers or in the mapped files, on fetch sessions of their own."""
+
+    @property
+    def typed_reads(self) -> dict[str, dict[str, Any]]:
+        """topic -> its typed read (``typed_read``), as declared by ``read_typed``."""
+        return self.__dict__.setdefault("_typed_reads", {})
+
+    def read_typed(self, topic: str, columns: list[str] | None = None, version: int | None = None) -> pa.Schema:
+        """Read ``topic`` typed from now on: version ``version`` (None: the latest now), only ``columns`` (None:
+        all); returns the schema of the tables ``poll_arrow`` will give for it. A batch of a later version is
+        read as this one; one this version cannot read fails the poll naming both versions."""
+        from ads_spark.schemas.projection import ProjectedRead
+
+        schemas = schemas_for(self._connections)
+        chosen, _ = schemas.version(topic, version)
+        read = typed_read(topic, chosen, columns)
+        projection = ProjectedRead(topic, chosen, read.get("columns"),
+                                   lambda v: schemas.version(topic, v)[1])  # refuses unknown columns by name
+        self.typed_reads[topic] = read
+        return projection.schema

@@ -42,13 +42,16 @@ class FetchSession:
     """Not for concurrent use by several threads at once: one request is outstanding at a time."""
 
     def __init__(self, connect: Callable[[], flight.FlightClient], replica_messages: bool = False, *,
-                 transport: ClientTransport = PLAINTEXT, address: tuple[str, int] | None = None):
+                 transport: ClientTransport = PLAINTEXT, address: tuple[str, int] | None = None,
+                 typed: dict[str, Any] | None = None):
         self._connect = connect  # the broker's current client (a dropped one is replaced)
         self._transport = transport
         self._address = address  # the broker's (host, port): asked first for a token when one is needed
         self._stream_options: flight.FlightCallOptions | None = None  # what the open stream was opened with
         # A follower's session: batches arrive as the leader's stored IPC messages (REPLICA_MESSAGE_SCHEMA).
         self._replica_messages = replica_messages
+        # A consumer's read of a typed topic (request_schemas.TYPED_READ): answers come in its schema.
+        self._typed = typed
         self._lock = threading.Lock()
         self._writer = None
         self._reader = None
@@ -108,8 +111,10 @@ class FetchSession:
             raise
         except Exception:  # any answer at all (even "not implemented") says the broker is reachable
             pass
-        descriptor = flight.FlightDescriptor.for_command(wire.dumps(
-            {"type": wire.FETCH_SESSION, "replica_messages": self._replica_messages}))
+        command = {"type": wire.FETCH_SESSION, "replica_messages": self._replica_messages}
+        if self._typed is not None:
+            command["typed"] = self._typed
+        descriptor = flight.FlightDescriptor.for_command(wire.dumps(command))
         options = self._transport.call_options(SESSION_DEADLINE_S, self._address)
         self._writer, self._reader = client.do_exchange(descriptor, options)
         self._stream_options = options

@@ -167,3 +167,32 @@ def test_local_reads_give_what_flight_gives_without_touching_other_columns(typed
             assert mapped.equals(flight_consumer.fetch_range(tp, 0, 160, typed=read).table)
     finally:
         local.close()
+
+
+def test_poll_arrow_reads_a_typed_topic_projected_with_a_kafka_shaped_one(typed):
+    cluster, admin, producer, _, topic = typed
+    plain = f"plain-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(plain, 1, 3)
+    producer.produce(plain, value=b"v", partition=0)
+    producer.flush(30)
+    for local_reads in ("true", "false"):
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "local.reads": local_reads,
+                             "group.id": f"poll-{local_reads}"})
+        try:
+            schema = consumer.read_typed(topic, ["order_id"], version=2)
+            assert schema.names == ["offset", "timestamp", "key", "headers", "order_id"]
+            consumer.assign([TopicPartition(topic, 0, 0), TopicPartition(plain, 0, 0)])
+            got: dict = {}
+            deadline = time.monotonic() + 30
+            while sum(t.num_rows for t in got.get(topic, [])) < 160 or plain not in got:
+                assert time.monotonic() < deadline, {k: sum(t.num_rows for t in v) for k, v in got.items()}
+                for tp, table in consumer.poll_arrow(1.0).items():
+                    got.setdefault(tp.topic, []).append(table)
+            typed_rows = pa.concat_tables(got[topic])
+            assert typed_rows.schema.names == schema.names
+            assert typed_rows.column("order_id").to_pylist() == list(range(160))
+            assert pa.concat_tables(got[plain]).column("value").to_pylist() == [b"v"]
+            with pytest.raises(Exception, match="read with poll_arrow"):
+                consumer.poll(0.1)
+        finally:
+            consumer.close()
