@@ -114,7 +114,9 @@ def _read_segment(segment: dict[str, Any], projection: ProjectedRead | None, par
             if projection is not None:
                 if header.schema_id == NO_SCHEMA_ID:
                     raise NotLocal(f"{segment['path']} holds Kafka-shaped batches, not typed ones")
-                batch = projection.convert(batch, header.schema_id, header.base_offset, partition)
+                if not projection.may_match(header):  # the broker's next offset still passes it
+                    continue
+                batch = projection.convert(batch, header, partition)
             out.append(batch)
         if out and projection is None and not out[0].schema.equals(RECORD_SCHEMA):
             raise NotLocal(f"{segment['path']} does not hold RECORD_SCHEMA batches")

@@ -163,9 +163,11 @@ class Admin:
         """(version, pyarrow.Schema) of ``version`` or of the latest."""
         return self._schemas.get_schema(topic, version)
 
-    def describe_schema(self, topic: str) -> dict[str, Any]:
-        """schema.type, compatibility, latest version and every version (schemas as pyarrow.Schema)."""
-        return self._schemas.describe_schema(topic)
+    def describe_schema(self, topic: str, once_timeout_ms: int | None = None) -> dict[str, Any]:
+        """schema.type, compatibility, latest version and every version (schemas as pyarrow.Schema).
+        ``once_timeout_ms``: each broker asked once within it, no retries (a planner that falls back when
+        the cluster does not answer, instead of waiting default.api.timeout.ms)."""
+        return self._schemas.describe_schema(topic, once_timeout_ms)
 
     # ---- ACLs and users (issue #23) ---------------------------------------------------------------
 

@@ -47,10 +47,13 @@ class SchemaAdmin:
         """The version ``schema`` would get (an equal registered one's number); PolicyViolationError if incompatible."""
         return self.register_schema(topic, schema, dry_run=True)[0]
 
-    def describe_schema(self, topic: str) -> dict[str, Any]:
+    def describe_schema(self, topic: str, once_timeout_ms: int | None = None) -> dict[str, Any]:
         """{"topic", "schema_type", "compatibility", "latest", "versions": [{"version", "schema" (pa.Schema),
-        "ddl", "registered_ms"}]} (a Kafka-shaped topic: schema_type "kafka", no versions)."""
-        response = self._admin._read(wire.ACTION_DESCRIBE_SCHEMA, {"topic": topic})
+        "ddl", "registered_ms"}]} (a Kafka-shaped topic: schema_type "kafka", no versions). ``once_timeout_ms``:
+        one pass over the brokers within it, no retries."""
+        body = {"topic": topic}
+        response = (self._admin._read(wire.ACTION_DESCRIBE_SCHEMA, body) if once_timeout_ms is None
+                    else self._admin._connections.call_any(wire.ACTION_DESCRIBE_SCHEMA, body, once_timeout_ms))
         self._admin._check(response)
         versions = [{**v, "schema": ipc.from_base64(v["schema"], f"topic '{topic}' schema version {v['version']}")}
                     for v in response.get("versions", [])]

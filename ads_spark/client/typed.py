@@ -154,7 +154,7 @@ def local_projection(connections, typed: dict | None):
     schemas = schemas_for(connections)
     topic = typed["topic"]
     return ProjectedRead(topic, typed["version"], typed.get("columns"),
-                         lambda version: schemas.version(topic, version)[1])
+                         lambda version: schemas.version(topic, version)[1], typed.get("filters"))
 
 
 def schemas_for(connections) -> TopicSchemas:

@@ -16,19 +16,25 @@ from typing import Callable
 import pyarrow as pa
 
 from ads_spark.errors import InvalidConfigError, InvalidRecordError
+from ads_spark.protocol.records import NO_STATS, BatchHeader
 from ads_spark.protocol.typed_records import TYPED_STORED_PREFIX, projected_schema, typed_record_schema
-from ads_spark.schemas import compatibility
+from ads_spark.schemas import compatibility, statistics, types
 
 _PREFIX_COLUMNS = len(TYPED_STORED_PREFIX)
+# Writer versions whose column names a read maps to its own (by field id) for statistics; cleared when full.
+STATS_VERSIONS_CACHED_MAX = 64
 
 
 class ProjectedRead:
     """Stored batches of ``topic`` as version ``version`` reads them, keeping ``columns`` (None: all)."""
 
     def __init__(self, topic: str, version: int, columns: list[str] | None,
-                 user_schema_of: Callable[[int], pa.Schema]):
+                 user_schema_of: Callable[[int], pa.Schema], filters: list | None = None):
         self.topic, self.version, self._user_schema_of = topic, version, user_schema_of
         reader_users = user_schema_of(version)
+        self._version_users = reader_users
+        self.predicates = statistics.predicates_from_wire(filters or [], reader_users)
+        self._names_by_version: dict[int, dict[str, str]] = {}  # writer version -> {its column: read column}
         self.schema = projected_schema(typed_record_schema(reader_users, version), columns)
         self.reader_users = pa.schema(list(self.schema)[_PREFIX_COLUMNS:])
         stored_names = reader_users.names
@@ -39,8 +45,36 @@ class ProjectedRead:
     def empty_batch(self) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays([pa.nulls(0, field.type) for field in self.schema], schema=self.schema)
 
-    def convert(self, batch: pa.RecordBatch, schema_id: int, base_offset: int, partition: int) -> pa.RecordBatch:
-        """``batch`` (stored in version ``schema_id``, starting at ``base_offset``) as this read gives it."""
+    def may_match(self, header: BatchHeader) -> bool:
+        """False when the batch's statistics say none of its rows satisfies every filter (it is then not sent).
+        A batch without statistics, or whose statistics cannot be read, may match."""
+        if not self.predicates or header.stats == NO_STATS:
+            return True
+        try:
+            if header.schema_id == self.version:
+                found = statistics.from_metadata({statistics.METADATA_KEY: header.stats}, self._version_users)
+            else:
+                found = self._stats_of_other_version(header)
+        except (ValueError, TypeError, ArithmeticError):  # stored under the CRC; should it not parse, send it
+            return True
+        return statistics.may_match(found, self.predicates)
+
+    def _stats_of_other_version(self, header: BatchHeader) -> dict[str, statistics.ColumnStats]:
+        writer_users = self._user_schema_of(header.schema_id)
+        names = self._names_by_version.get(header.schema_id)
+        if names is None:
+            read_by_id = {types.field_id(field): field.name for field in self._version_users}
+            names = {field.name: read_by_id[types.field_id(field)] for field in writer_users
+                     if types.field_id(field) is not None and types.field_id(field) in read_by_id}
+            if len(self._names_by_version) >= STATS_VERSIONS_CACHED_MAX:
+                self._names_by_version.clear()
+            self._names_by_version[header.schema_id] = names
+        found = statistics.from_metadata({statistics.METADATA_KEY: header.stats}, writer_users)
+        return {names[name]: column for name, column in found.items() if name in names}
+
+    def convert(self, batch: pa.RecordBatch, header: BatchHeader, partition: int) -> pa.RecordBatch:
+        """``batch`` (stored in the version its header names) as this read gives it."""
+        schema_id, base_offset = header.schema_id, header.base_offset
         if schema_id == self.version:
             columns = [batch.column(i) for i in self._same_version_indexes]
             return pa.RecordBatch.from_arrays(columns, schema=self.schema)

@@ -17,29 +17,9 @@ from ads_spark.protocol.typed_records import (
 )
 from ads_spark.schemas import ddl, types
 from tests.fixtures.logs import open_log, produce_batch, values_for
+from tests.fixtures.typed import V1, V2, VERSIONS, segment_files, typed_batch
 
 pytestmark = pytest.mark.timeout(30)
-
-V1 = types.with_field_ids(types.normalise(ddl.parse("order_id BIGINT NOT NULL, region STRING")), None)
-V2 = types.with_field_ids(types.normalise(ddl.parse("order_id BIGINT NOT NULL, region STRING, amount DOUBLE")), V1)
-VERSIONS = {1: V1, 2: V2}
-
-
-def typed_batch(version: int, order_ids: list[int], **extra) -> pa.RecordBatch:
-    users = VERSIONS[version]
-    columns = {"order_id": pa.array(order_ids, pa.int64()), "region": pa.array([f"r{i}" for i in order_ids])}
-    if version == 2:
-        columns["amount"] = pa.array([i * 1.5 for i in order_ids])
-    columns.update(extra)
-    schema = typed_produce_schema(users, version)
-    return pa.RecordBatch.from_arrays([
-        pa.array([1_000 + i for i in order_ids], pa.timestamp("ms")), pa.nulls(len(order_ids), pa.binary()),
-        pa.nulls(len(order_ids), schema.field("headers").type), *(columns[f.name] for f in users)], schema=schema)
-
-
-def segment_files(directory):
-    return sorted(p for p in directory.iterdir() if p.suffix == ".arrows")
-
 
 def test_a_new_version_rolls_the_segment_and_every_segment_opens_as_a_plain_stream(tmp_path):
     log = open_log(tmp_path / "t-0")

@@ -51,6 +51,9 @@ class FakeAdmin:
     def list_topics(self):
         return ["a"]
 
+    def describe_schema(self, topic, once_timeout_ms=None):
+        return {"topic": topic, "schema_type": "kafka", "compatibility": None, "latest": 0, "versions": []}
+
     def describe_topics(self, names):
         if set(names) & self.forbidden:
             raise TopicAuthorizationFailedError(f"topic '{names[0]}' does not exist")

@@ -24,7 +24,7 @@ from ads_spark.protocol.typed_records import typed_record_schema
 from ads_spark.schemas import ddl, statistics, types
 from ads_spark.schemas.statistics import Predicate, predicate_to_wire, predicates_from_wire
 from tests.fixtures.logs import open_log, produce_batch
-from tests.unit.test_log_typed import V1, V2, VERSIONS, segment_files, typed_batch
+from tests.fixtures.typed import V1, V2, VERSIONS, segment_files, typed_batch
 
 pytestmark = pytest.mark.timeout(30)
 

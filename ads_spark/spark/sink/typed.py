@@ -25,11 +25,8 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StructType
 
-from ads_spark.errors import (
-    InvalidConfigError, NetworkExceptionError, RequestTimedOutError, error_for,
-)
-from ads_spark.protocol import wire
-from ads_spark.schemas import compatibility, ipc, types
+from ads_spark.errors import InvalidConfigError, NetworkExceptionError, RequestTimedOutError
+from ads_spark.schemas import compatibility, types
 
 log = logging.getLogger("ads.spark.sink")
 
@@ -81,16 +78,10 @@ def _describe(admin, topic: str) -> dict | None:
     """The topic's schema description, asked once of each broker (a short wait, no retries); None when no
     broker answers: the write goes the Kafka-shaped way, whose own checks and errors then apply."""
     try:
-        answer = admin._connections.call_any(wire.ACTION_DESCRIBE_SCHEMA, {"topic": topic},
-                                             timeout_ms=SCHEMA_LOOKUP_TIMEOUT_MS)
+        return admin.describe_schema(topic, once_timeout_ms=SCHEMA_LOOKUP_TIMEOUT_MS)
     except (NetworkExceptionError, RequestTimedOutError) as exc:
         log.warning("no broker answered for topic '%s''s schema when the write started (%s)", topic, exc)
         return None
-    if int(answer.get("error_code", 0)):
-        raise error_for(int(answer["error_code"]), answer.get("message", ""))
-    return {"schema_type": answer["schema_type"],
-            "versions": [{"version": int(v["version"]), "schema": ipc.from_base64(v["schema"], f"version {v['version']}")}
-                         for v in answer.get("versions", [])]}
 
 
 def _user_arrow_schema(schema: StructType) -> pa.Schema:

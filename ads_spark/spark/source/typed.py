@@ -34,8 +34,6 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from ads_spark.errors import AdsError, InvalidConfigError, NetworkExceptionError, RequestTimedOutError
-from ads_spark.protocol import wire
-from ads_spark.schemas import ipc
 from ads_spark.schemas.statistics import Predicate
 from ads_spark.spark.source.schema import BASE_FIELDS, SPARK_ARROW_TIMEZONE
 
@@ -85,8 +83,7 @@ def lookup(admin, topics: list[str], columns_option: str | None) -> TypedSource 
         return None
     topic = topics[0]
     try:
-        answer = admin._connections.call_any(wire.ACTION_DESCRIBE_SCHEMA, {"topic": topic},
-                                             timeout_ms=SCHEMA_LOOKUP_TIMEOUT_MS)
+        answer = admin.describe_schema(topic, once_timeout_ms=SCHEMA_LOOKUP_TIMEOUT_MS)
     except (NetworkExceptionError, RequestTimedOutError) as exc:
         log.warning("no broker answered for topic '%s''s schema at load() (%s); reading it as Kafka-shaped",
                     topic, exc)
@@ -100,7 +97,7 @@ def lookup(admin, topics: list[str], columns_option: str | None) -> TypedSource 
             raise InvalidConfigError(f"option 'columns' is for typed topics; '{topic}' is Kafka-shaped")
         return None
     latest = max(answer["versions"], key=lambda v: int(v["version"]))
-    user_schema = ipc.from_base64(latest["schema"], f"topic '{topic}' version {latest['version']}")
+    user_schema = latest["schema"]
     typed = TypedSource(topic, int(latest["version"]), user_schema, tuple(user_schema.names))
     return typed if columns_option is None else replace(typed, columns=_columns_option(columns_option, typed))
 
