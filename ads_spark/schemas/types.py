@@ -92,11 +92,13 @@ def field_id(field: pa.Field) -> int | None:
     return int(field.metadata[FIELD_ID_KEY])
 
 
-def with_field_ids(schema: pa.Schema, previous: pa.Schema | None) -> pa.Schema:
+def with_field_ids(schema: pa.Schema, previous: pa.Schema | None, highest_id_used: int = 0) -> pa.Schema:
     """``schema`` (normalised) with a field id on every field: a column of ``previous`` (same name) keeps its
-    id, every other column takes the next id above all ``previous`` used."""
+    id, every other column takes the next id above all ``previous`` used and above ``highest_id_used`` (the
+    highest id of every registered version: a column dropped from the last version keeps its id to itself,
+    so re-adding it makes a new column)."""
     known = {field.name: field_id(field) for field in previous} if previous is not None else {}
-    next_id = max((i for i in known.values() if i is not None), default=0) + 1
+    next_id = max([highest_id_used, *(i for i in known.values() if i is not None)]) + 1
     fields = []
     for field in normalise(schema):
         assigned = known.get(field.name)
@@ -104,6 +106,11 @@ def with_field_ids(schema: pa.Schema, previous: pa.Schema | None) -> pa.Schema:
             assigned, next_id = next_id, next_id + 1
         fields.append(field.with_metadata({**(field.metadata or {}), FIELD_ID_KEY: str(assigned).encode()}))
     return pa.schema(fields)
+
+
+def highest_field_id(versions) -> int:
+    """The highest field id any of ``versions`` (schemas) gives (0: none)."""
+    return max((field_id(field) or 0 for schema in versions for field in schema), default=0)
 
 
 def same_columns(left: pa.Schema, right: pa.Schema) -> bool:

@@ -85,3 +85,11 @@ def test_a_registration_that_loses_the_race_retries_on_the_winners_version(zooke
         fast.close()
     zk_client.delete_schemas("orders")
     assert zk_client.schema_history("orders") == []
+
+
+def test_a_column_the_last_version_dropped_comes_back_as_a_new_column(zk_client):
+    zk_client.register_schema("events", ddl.parse("a INT, b STRING"))
+    zk_client.register_schema("events", ddl.parse("a INT"), "NONE")
+    assert zk_client.register_schema("events", ddl.parse("a INT, b STRING"), "NONE") == (3, True)
+    _, latest = zk_client.schema_version("events", 3)
+    assert [types.field_id(f) for f in latest] == [1, 3]

@@ -80,6 +80,13 @@ def test_other_types_are_refused_naming_column_and_type(arrow_type, reason):
         types.normalise(pa.schema([("x", arrow_type)]))
 
 
+def test_a_column_dropped_by_the_last_version_and_added_again_is_a_new_column():
+    v1 = types.with_field_ids(ddl.parse("a INT, b STRING"), None)
+    v2 = types.with_field_ids(ddl.parse("a INT"), v1, types.highest_field_id([v1]))  # b (id 2) dropped
+    v3 = types.with_field_ids(ddl.parse("a INT, b STRING"), v2, types.highest_field_id([v1, v2]))
+    assert [types.field_id(f) for f in v3] == [1, 3]
+
+
 @pytest.mark.parametrize("name", types.RESERVED_COLUMNS)
 def test_reserved_column_names_are_refused(name):
     with pytest.raises(InvalidConfigError, match=f"column '{name}' has a reserved name"):

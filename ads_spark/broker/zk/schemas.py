@@ -120,7 +120,7 @@ class ZkSchemas:
         for _ in range(REGISTER_ATTEMPTS_MAX):
             parent = self._read(schemas_path(topic))
             history = self.schema_history(topic)
-            new = types.with_field_ids(schema, history[-1] if history else None)
+            new = types.with_field_ids(schema, history[-1] if history else None, types.highest_field_id(history))
             for version, registered in enumerate(history, start=1):
                 if _same_version(new, registered):
                     return version, False
