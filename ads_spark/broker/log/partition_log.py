@@ -11,10 +11,8 @@ indexes agree with the file in O(1), and validates everything from the segment
 holding the recovery point on, batch by batch (``segment.scan_segment``). So the
 cost of an unclean start grows with the unflushed tail, not with the log.
 
-Typed batches' statistics (issue #26): the leader's append computes, outside the lock, the min/max/null
-count of the topic's ``schema.statistics.columns`` (``LogConfig.statistics_columns``, so an alter applies
-to the next append, and no caller's signature changed) on the resolved batch, and seals them into its
-header (``BatchHeader.stats``); followers store the leader's messages as they are, statistics included.
+Typed topics: one schema per segment (a batch of another version rolls); what an append computes first
+(stored schema, offsets, per-batch statistics, outside the lock) is in ``appends.py``.
 
 All public methods take the log's lock; batches returned by ``read`` stay valid
 after the lock is released and even after a later truncation or deletion
@@ -31,11 +29,11 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ads_spark.broker.log import cleaner_swap, file_modes
+from ads_spark.broker.log.appends import KnownSchemas, stamp, statistics_text, stored_schema_of
 from ads_spark.broker.log.checkpoints import fsync_directory
 from ads_spark.broker.log.config import LogConfig
 from ads_spark.broker.log.fetched import encode_fetched
@@ -48,16 +46,12 @@ from ads_spark.errors import (
     RecordTooLargeError, StorageError,
 )
 from ads_spark.protocol.records import (
-    NO_SCHEMA_ID, NO_STATS, PRODUCE_SCHEMA, RECORD_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME,
-    BatchHeader, int64_column,
+    NO_SCHEMA_ID, NO_STATS, TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, BatchHeader,
 )
-from ads_spark.protocol.typed_records import TYPED_PRODUCE_PREFIX, TYPED_STORED_PREFIX, schema_id_of
-from ads_spark.schemas import statistics
 
 log = logging.getLogger("ads.log")
 
 BATCHES_ITERATION_BYTES = 8 << 20  # read granularity of ``batches()``
-KNOWN_SCHEMAS_MAX = 64  # typed versions a log keeps at hand for follower appends (re-noted when needed)
 
 
 def _first_batch_from(segment: LogSegment, offset: int) -> int:
@@ -66,42 +60,6 @@ def _first_batch_from(segment: LogSegment, offset: int) -> int:
     if i < 0:
         return 0
     return i if segment.index.entry(i).next_offset > offset else i + 1
-
-
-def _stored_schema_of(produce_schema: pa.Schema) -> tuple[pa.Schema, int]:
-    """(stored schema, schema id) for a produce batch's schema: RECORD_SCHEMA for PRODUCE_SCHEMA, the typed
-    record schema of the version it names for a typed produce schema; InvalidRequestError for anything else."""
-    if produce_schema.equals(PRODUCE_SCHEMA):
-        return RECORD_SCHEMA, NO_SCHEMA_ID
-    version = schema_id_of(produce_schema)
-    prefix = list(produce_schema)[:len(TYPED_PRODUCE_PREFIX)]
-    if version == NO_SCHEMA_ID or len(produce_schema) <= len(prefix) \
-            or not all(a.equals(b) for a, b in zip(prefix, TYPED_PRODUCE_PREFIX)):
-        raise InvalidRequestError(f"batch schema {produce_schema} is neither PRODUCE_SCHEMA nor a typed produce schema")
-    stored = pa.schema([TYPED_STORED_PREFIX[0], *produce_schema], metadata=produce_schema.metadata)
-    return stored, version
-
-
-def _statistics_text(batch: pa.RecordBatch, columns: Sequence[str]) -> str:
-    """The header's statistics of a typed produce batch's ``columns`` (those it has), or NO_STATS for none."""
-    if not columns:
-        return NO_STATS
-    found = statistics.compute(batch, columns)
-    return statistics.to_metadata(found)[statistics.METADATA_KEY] if found else NO_STATS
-
-
-def _stamp(batch: pa.RecordBatch, stored_schema: pa.Schema, base_offset: int, timestamp_type: int,
-           now_ms: int) -> tuple[pa.RecordBatch, int]:
-    """The stored form of a produce batch: offsets prepended (vectorised) and its max timestamp in ms."""
-    n = batch.num_rows
-    offsets = int64_column(np.arange(base_offset, base_offset + n, dtype=np.int64))
-    columns = list(batch.columns)
-    if timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
-        columns[0] = int64_column(np.full(n, now_ms, dtype=np.int64), pa.timestamp("ms"))
-        max_timestamp_ms = now_ms
-    else:
-        max_timestamp_ms = pc.max(columns[0]).value
-    return pa.RecordBatch.from_arrays([offsets, *columns], schema=stored_schema), max_timestamp_ms
 
 
 def _first_at_or_after(batch: pa.RecordBatch, timestamp_ms: int, min_offset: int) -> tuple[int, int] | None:
@@ -132,7 +90,7 @@ class PartitionLog:
         self._truncated_to: int | None = None  # lowest end a truncation left since the cleaner last looked
         # Typed stored schemas by id, for writing messages whose schema is not the active segment's (a
         # follower's append of a new version): noted by ``note_schema`` before the append, outside the lock.
-        self._known_schemas: dict[int, pa.Schema] = {}
+        self._known_schemas = KnownSchemas()
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, recovery_point: int, clean_shutdown: bool,
@@ -192,8 +150,8 @@ class PartitionLog:
         """Assign offsets from the log end, seal and store ``batch`` (in PRODUCE_SCHEMA, or a typed topic's
         produce schema of one version: the broker checked it against the registered version); bad input
         writes nothing. A batch of another schema than the active segment's starts a new segment."""
-        stored_schema, schema_id = _stored_schema_of(batch.schema)
-        stats = _statistics_text(batch, self.config.statistics_columns) if schema_id != NO_SCHEMA_ID else NO_STATS
+        stored_schema, schema_id = stored_schema_of(batch.schema)
+        stats = statistics_text(batch, self.config.statistics_columns) if schema_id != NO_SCHEMA_ID else NO_STATS
         if batch.num_rows == 0:
             raise InvalidRequestError("an empty batch cannot be appended")
         if batch.nbytes > self.config.max_message_bytes:
@@ -204,12 +162,12 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             base = self.log_end_offset
-            records, max_timestamp_ms = _stamp(batch, stored_schema, base, timestamp_type, now_ms)
+            records, max_timestamp_ms = stamp(batch, stored_schema, base, timestamp_type, now_ms)
             message, header = encode_sealed_message(records, BatchHeader(
                 base, batch.num_rows, leader_epoch, max_timestamp_ms, timestamp_type, producer_id, producer_epoch,
                 base_sequence, schema_id=schema_id, stats=stats))
             if schema_id != NO_SCHEMA_ID:
-                self._note_schema_locked(schema_id, stored_schema)
+                self._known_schemas.note(schema_id, stored_schema)
             self._write_locked([(message, header)], now_ms)
             return header
 
@@ -231,28 +189,14 @@ class PartitionLog:
     def note_schema(self, schema_id: int, stored_schema: pa.Schema) -> None:
         """Make a typed version's stored schema known before appending messages of it (a follower's fetch)."""
         with self._lock:
-            self._note_schema_locked(schema_id, stored_schema)
-
-    def _note_schema_locked(self, schema_id: int, stored_schema: pa.Schema) -> None:
-        if schema_id not in self._known_schemas and len(self._known_schemas) >= KNOWN_SCHEMAS_MAX:
-            self._known_schemas.clear()
-        self._known_schemas[schema_id] = stored_schema
-
-    def _stored_schema_locked(self, schema_id: int) -> pa.Schema:
-        active = self._segments[-1]
-        if schema_id == active.schema_id:
-            return active.schema
-        if schema_id == NO_SCHEMA_ID:
-            return RECORD_SCHEMA
-        found = self._known_schemas.get(schema_id)
-        if found is None:
-            raise StorageError(f"{self.directory.name}: no stored schema known for schema id {schema_id}")
-        return found
+            self._known_schemas.note(schema_id, stored_schema)
 
     def _write_locked(self, messages: list[tuple[pa.Buffer, BatchHeader]], now_ms: int) -> None:
         for message, header in messages:
-            if header.schema_id != self._segments[-1].schema_id:
-                self._start_schema_locked(self._stored_schema_locked(header.schema_id), now_ms)
+            active = self._segments[-1]
+            if header.schema_id != active.schema_id:
+                self._start_schema_locked(self._known_schemas.stored(header.schema_id, active, self.directory.name),
+                                          now_ms)
             self._maybe_roll(message.size, now_ms)
             self._segments[-1].append(message, header)
         if self.log_end_offset - self._recovery_point >= self.config.flush_interval_messages:
