@@ -12,56 +12,15 @@ null count per NOT NULL column; the record data is neither copied nor read (cast
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
 from ads_spark.broker.schema_cache import SchemaCache
 from ads_spark.errors import InvalidConfigError, InvalidRecordError, InvalidRequestError
-from ads_spark.protocol.records import NO_SCHEMA_ID, int64_column, now_ms
+from ads_spark.protocol.records import NO_SCHEMA_ID
 from ads_spark.protocol.typed_records import (
-    PRODUCE_PREFIX_NAMES, TYPED_PRODUCE_PREFIX, schema_id_of, typed_produce_schema,
+    TYPED_PRODUCE_PREFIX, produce_columns, schema_id_of, typed_produce_schema,
 )
 from ads_spark.schemas import compatibility
-
-
-def _prefix_columns(batch: pa.RecordBatch, problems: list[str]) -> list[pa.Array]:
-    """timestamp, key, headers: as sent when present (types checked), else now / nulls."""
-    columns = []
-    for field in TYPED_PRODUCE_PREFIX:
-        if field.name not in batch.schema.names:
-            columns.append(int64_column(np.full(batch.num_rows, now_ms()), field.type) if field.name == "timestamp"
-                           else pa.nulls(batch.num_rows, field.type))
-            continue
-        column = batch.column(field.name)
-        if column.type != field.type:
-            problems.append(f"column '{field.name}' is {column.type}, must be {field.type}")
-        elif not field.nullable and column.null_count:
-            problems.append(f"column '{field.name}' holds nulls")
-        columns.append(column)
-    return columns
-
-
-def _user_columns(batch: pa.RecordBatch, registered: pa.Schema, problems: list[str]) -> list[pa.Array]:
-    """The registered columns, in registered order, found by name; every difference goes to ``problems``."""
-    sent = {name for name in batch.schema.names if name not in PRODUCE_PREFIX_NAMES}
-    unknown = sorted(sent - set(registered.names))
-    if unknown:
-        problems.append(f"column(s) {unknown} are not in the schema")
-    columns = []
-    for field in registered:
-        if field.name not in sent:
-            if field.nullable:  # a registered nullable column the writer left out is null, as Spark writes it
-                columns.append(pa.nulls(batch.num_rows, field.type))
-            else:
-                problems.append(f"NOT NULL column '{field.name}' is missing")
-            continue
-        column = batch.column(field.name)
-        if column.type != field.type:
-            problems.append(f"column '{field.name}' is {column.type}, the schema says {field.type}")
-        elif not field.nullable and column.null_count:
-            problems.append(f"NOT NULL column '{field.name}' holds {column.null_count} null(s)")
-        columns.append(column)
-    return columns
 
 
 def conform_typed_batch(batch: pa.RecordBatch, topic: str, topic_id: str, schemas: SchemaCache) -> pa.RecordBatch:
@@ -79,12 +38,11 @@ def conform_typed_batch(batch: pa.RecordBatch, topic: str, topic_id: str, schema
         raise InvalidRecordError(f"topic '{topic}' has no schema version {version} (latest {latest_version}); "
                                  f"nothing was stored")
     registered = schemas.user_schema(topic, topic_id, version)
-    problems: list[str] = []
-    prefix = _prefix_columns(batch, problems)
-    users = _user_columns(batch, registered, problems)
+    columns, problems = produce_columns(batch, registered, cast=False)
     if problems:
         raise InvalidRecordError(f"topic '{topic}' schema version {version}: " + "; ".join(problems)
                                  + "; nothing was stored")
+    prefix, users = columns[:len(TYPED_PRODUCE_PREFIX)], columns[len(TYPED_PRODUCE_PREFIX):]
     user_batch = pa.RecordBatch.from_arrays(users, schema=registered)
     if version != latest_version:
         try:

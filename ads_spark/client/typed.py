@@ -18,13 +18,12 @@ import weakref
 import time
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from ads_spark.errors import InvalidRecordError, InvalidRequestError
 from ads_spark.protocol import wire
-from ads_spark.protocol.records import NO_SCHEMA_ID, int64_column, now_ms
-from ads_spark.protocol.typed_records import PRODUCE_PREFIX_NAMES, TYPED_PRODUCE_PREFIX, typed_produce_schema
+from ads_spark.protocol.records import NO_SCHEMA_ID
+from ads_spark.protocol.typed_records import produce_columns, typed_produce_schema
 from ads_spark.schemas import ipc
 
 SCHEMAS_REFRESH_MS = 5000
@@ -73,32 +72,7 @@ class TopicSchemas:
 
 def fit_to_version(batch: pa.RecordBatch, topic: str, version: int, registered: pa.Schema) -> pa.RecordBatch:
     """``batch`` in the produce schema of ``version``, or InvalidRecordError naming every column that does not fit."""
-    problems: list[str] = []
-    names = set(batch.schema.names)
-    unknown = sorted(names - set(registered.names) - set(PRODUCE_PREFIX_NAMES))
-    if unknown:
-        problems.append(f"column(s) {unknown} are not in the schema")
-    columns = []
-    for field in [*TYPED_PRODUCE_PREFIX, *registered]:
-        if field.name not in names:
-            if field.name == "timestamp":
-                columns.append(int64_column(np.full(batch.num_rows, now_ms()), field.type))
-            elif field.nullable:
-                columns.append(pa.nulls(batch.num_rows, field.type))
-            else:
-                problems.append(f"NOT NULL column '{field.name}' is missing")
-            continue
-        column = batch.column(field.name)
-        if column.type != field.type:
-            try:
-                column = column.cast(field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                problems.append(f"column '{field.name}' is {column.type}, the schema says {field.type} "
-                                f"({str(exc).splitlines()[0][:120]})")
-                continue
-        if not field.nullable and column.null_count:
-            problems.append(f"NOT NULL column '{field.name}' holds {column.null_count} null(s)")
-        columns.append(column)
+    columns, problems = produce_columns(batch, registered, cast=True)
     if problems:
         raise InvalidRecordError(f"topic '{topic}' schema version {version}: " + "; ".join(problems)
                                  + "; nothing was sent")

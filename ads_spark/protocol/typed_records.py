@@ -13,10 +13,11 @@ A producer sends the same columns without ``offset`` (``typed_produce_schema``);
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from ads_spark.errors import CorruptMessageError, InvalidRequestError
-from ads_spark.protocol.records import HEADER_TYPE, NO_SCHEMA_ID, RECORD_SCHEMA
+from ads_spark.protocol.records import HEADER_TYPE, NO_SCHEMA_ID, RECORD_SCHEMA, int64_column, now_ms
 
 SCHEMA_ID_KEY = b"ads.schema_id"  # registered versions start at 1; NO_SCHEMA_ID (0): Kafka-shaped
 
@@ -91,3 +92,41 @@ def projected_schema(stored: pa.Schema, columns: list[str] | None) -> pa.Schema:
     if len(set(columns)) != len(columns):
         raise InvalidRequestError(f"columns {columns} name a column twice")
     return pa.schema([*TYPED_STORED_PREFIX, *(users.field(name) for name in columns)], metadata=stored.metadata)
+
+
+def produce_columns(batch: pa.RecordBatch, registered: pa.Schema, *, cast: bool) -> tuple[list[pa.Array], list[str]]:
+    """``batch``'s columns matched by name to ``registered``'s produce schema (prefix first, then its columns in
+    registered order), and every problem found: a column the schema lacks, a NOT NULL column missing or holding
+    nulls, a type that differs (``cast``: one a safe cast cannot reach). Absent: ``timestamp`` is now, a nullable
+    column null. The one rule of the client's fitting (``cast=True``) and the leader's check (``cast=False``:
+    the stored form is exact, the broker never guesses)."""
+    problems: list[str] = []
+    names = set(batch.schema.names)
+    unknown = sorted(names - set(registered.names) - set(PRODUCE_PREFIX_NAMES))
+    if unknown:
+        problems.append(f"column(s) {unknown} are not in the schema")
+    columns = []
+    for field in [*TYPED_PRODUCE_PREFIX, *registered]:
+        if field.name not in names:
+            if field.name == "timestamp":
+                columns.append(int64_column(np.full(batch.num_rows, now_ms()), field.type))
+            elif field.nullable:  # a registered nullable column the writer left out is null, as Spark writes it
+                columns.append(pa.nulls(batch.num_rows, field.type))
+            else:
+                problems.append(f"NOT NULL column '{field.name}' is missing")
+            continue
+        column = batch.column(field.name)
+        if column.type != field.type:
+            if not cast:
+                problems.append(f"column '{field.name}' is {column.type}, the schema says {field.type}")
+                continue
+            try:
+                column = column.cast(field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                problems.append(f"column '{field.name}' is {column.type}, the schema says {field.type} "
+                                f"({str(exc).splitlines()[0][:120]})")
+                continue
+        if not field.nullable and column.null_count:
+            problems.append(f"NOT NULL column '{field.name}' holds {column.null_count} null(s)")
+        columns.append(column)
+    return columns, problems
