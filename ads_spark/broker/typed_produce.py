@@ -23,13 +23,35 @@ from ads_spark.protocol.typed_records import (
 from ads_spark.schemas import compatibility
 
 
+def _check_shape(batch: pa.RecordBatch, topic: str) -> None:
+    """What no version can take: a batch without rows (as a Kafka-shaped produce), or one naming a column twice
+    (a column is found by name; pyarrow would refuse to pick one)."""
+    if batch.num_rows == 0:
+        raise InvalidRequestError(f"topic '{topic}': empty record batch: a produce request needs at least one "
+                                  f"record; nothing was stored")
+    names = batch.schema.names
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InvalidRecordError(f"topic '{topic}': column(s) {repeated} appear more than once; nothing was stored")
+
+
+def refuse_typed_batch(batch: pa.RecordBatch, topic: str) -> None:
+    """A batch naming a schema version (``ads.schema_id``) sent to a Kafka-shaped topic is refused by name: it was
+    meant for a typed topic, and storing it as Kafka records would drop what it says."""
+    version = schema_id_of(batch.schema)  # metadata that is not a version is INVALID_REQUEST naming it
+    if version != NO_SCHEMA_ID:
+        raise InvalidRecordError(f"topic '{topic}' is Kafka-shaped (schema.type=kafka): a batch naming schema "
+                                 f"version {version} (ads.schema_id) is for a typed topic; nothing was stored")
+
+
 def conform_typed_batch(batch: pa.RecordBatch, topic: str, topic_id: str, schemas: SchemaCache) -> pa.RecordBatch:
     """``batch`` in the produce schema of the topic's latest version, or InvalidRecordError naming everything
     that stops it (nothing stored)."""
     try:
         version = schema_id_of(batch.schema)
     except InvalidRequestError as exc:
-        raise InvalidRecordError(f"topic '{topic}': {exc}") from None
+        raise InvalidRecordError(f"topic '{topic}': {exc.message}; nothing was stored") from None
+    _check_shape(batch, topic)
     if version == NO_SCHEMA_ID:
         raise InvalidRecordError(f"topic '{topic}' is typed (schema.type=arrow): a batch must name its schema "
                                  f"version in its schema metadata (ads.schema_id); nothing was stored")

@@ -13,6 +13,8 @@ A producer sends the same columns without ``offset`` (``typed_produce_schema``);
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 
@@ -20,6 +22,8 @@ from ads_spark.errors import CorruptMessageError, InvalidRequestError
 from ads_spark.protocol.records import HEADER_TYPE, NO_SCHEMA_ID, RECORD_SCHEMA, int64_column, now_ms
 
 SCHEMA_ID_KEY = b"ads.schema_id"  # registered versions start at 1; NO_SCHEMA_ID (0): Kafka-shaped
+_VERSION_TEXT = re.compile(rb"-?[0-9]{1,19}")
+SCHEMA_ID_SHOWN_BYTES = 24
 
 # The columns every typed record carries before its user columns (the offset only once stored).
 TYPED_PRODUCE_PREFIX = (
@@ -46,11 +50,12 @@ def schema_id_of(schema: pa.Schema) -> int:
     raw = (schema.metadata or {}).get(SCHEMA_ID_KEY)
     if raw is None:
         return NO_SCHEMA_ID
-    try:
-        version = int(raw)
-    except ValueError:
-        raise InvalidRequestError(f"schema metadata {SCHEMA_ID_KEY.decode()}={raw!r} is not a version number") \
-            from None
+    # Only what typed_produce_schema writes: decimal ASCII digits (int() would also take " 1", "+1", "1_0" and
+    # thousands of digits); bounded, so that the text shown back stays short.
+    if not _VERSION_TEXT.fullmatch(raw):
+        shown = raw[:SCHEMA_ID_SHOWN_BYTES] + (b"..." if len(raw) > SCHEMA_ID_SHOWN_BYTES else b"")
+        raise InvalidRequestError(f"schema metadata {SCHEMA_ID_KEY.decode()}={shown!r} is not a version number")
+    version = int(raw)
     if version < 1:
         raise InvalidRequestError(f"schema metadata {SCHEMA_ID_KEY.decode()}={version} is not a version (>= 1)")
     return version

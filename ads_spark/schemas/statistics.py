@@ -11,7 +11,8 @@ are never filtered: a reader that skips a batch still advances past it.
 Where they are used: the leader computes them for ``schema.statistics.columns`` (``broker/log/partition_log.py``)
 into each batch's header; a typed read's ``filters`` (``predicate_to_wire`` / ``predicates_from_wire``, the
 one wire form, built by the Spark side) reach ``broker/typed_fetch.py``, and the broker does not send a batch
-``may_match`` rules out (``broker/rpc/data_handlers.py``).
+``may_match`` rules out (``broker/rpc/data_handlers.py``). On the wire, a value the column cannot be compared
+with (text for a number, a boolean for a date, none for ``=``) is refused by name (``_check_comparable``).
 
 Statistics are kept only where they are exact bounds: a float column holding NaN has none (NaN orders
 after every number in Arrow and before none in Spark), and a string or binary column whose minimum or
@@ -218,15 +219,50 @@ def _predicate_from_wire(item: Any, schema: pa.Schema) -> Predicate:
     arrow_type, value = schema.field(index).type, item.get("value")
     try:
         if kind in ("is_null", "is_not_null"):
+            if value is not None:
+                raise ValueError(f"'{kind}' takes no value")
             return Predicate(kind, column)
         if kind == "in":
             if not isinstance(value, list) or len(value) > IN_VALUES_MAX:
                 raise ValueError(f"'in' takes a list of at most {IN_VALUES_MAX} values")
-            return Predicate(kind, column, [_wire_value(v, arrow_type) for v in value])
-        return Predicate(kind, column, _wire_value(value, arrow_type))
+            values = [_wire_value(v, arrow_type) for v in value]
+            for one in values:
+                if one is not None:  # a null in IN matches nothing; it is skipped, as SQL does
+                    _check_comparable(one, arrow_type, kind)
+            return Predicate(kind, column, values)
+        return Predicate(kind, column, _check_comparable(_wire_value(value, arrow_type), arrow_type, kind))
     except (ValueError, TypeError, ArithmeticError) as exc:  # binascii.Error is a ValueError
         raise InvalidRequestError(f"filter {kind!r} on column '{column}' ({arrow_type}): bad value "
                                   f"{value!r:.200}: {exc}") from None
+
+
+def _check_comparable(value: Any, arrow_type: pa.DataType, kind: str) -> Any:
+    """``value`` if a filter of ``kind`` can compare it with a column of ``arrow_type``; ValueError otherwise.
+
+    On the wire a value of another type is a client's mistake, refused by name, rather than a filter that
+    silently skips nothing (``may_match`` keeps such a batch). A prefix is text or bytes; numbers of any kind
+    compare with numeric columns (not booleans); a date column takes a date, a timestamp column a timestamp."""
+    if value is None:
+        raise ValueError(f"'{kind}' needs a value")
+    if kind == "starts_with":
+        fits = isinstance(value, (str, bytes))
+    elif isinstance(value, bool) or pa.types.is_boolean(arrow_type):
+        fits = isinstance(value, bool) and pa.types.is_boolean(arrow_type)
+    elif pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type):
+        fits = isinstance(value, (int, float, decimal.Decimal))
+    elif pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        fits = isinstance(value, str)
+    elif pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        fits = isinstance(value, bytes)
+    elif pa.types.is_timestamp(arrow_type):
+        fits = isinstance(value, datetime.datetime)
+    elif pa.types.is_date(arrow_type):
+        fits = isinstance(value, datetime.date) and not isinstance(value, datetime.datetime)
+    else:
+        fits = True
+    if not fits:
+        raise ValueError(f"a {type(value).__name__} value cannot be compared with a {arrow_type} column")
+    return value
 
 
 def _wire_value(value: Any, arrow_type: pa.DataType) -> Any:

@@ -22,7 +22,7 @@ from ads_spark.broker.replica.partition import Partition
 from ads_spark.broker.rpc import authorization, call_context
 from ads_spark.broker.rpc.server import error_response
 from ads_spark.broker.typed_fetch import TypedRead
-from ads_spark.broker.typed_produce import conform_typed_batch
+from ads_spark.broker.typed_produce import conform_typed_batch, refuse_typed_batch
 from ads_spark.protocol.records import (
     TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME, as_message_batch, conform_produce_batch, now_ms,
 )
@@ -147,6 +147,7 @@ class DataHandlers:
                 topic_id = self.replicas.get(topic, partition).topic_id
                 conformed = conform_typed_batch(batch, topic, topic_id, self.broker.schemas)
             else:
+                refuse_typed_batch(batch, topic)
                 conformed = conform_produce_batch(batch)
             check_keys_for_policy(conformed, topic, topic_config["cleanup.policy"])
             max_bytes = topic_config["max.message.bytes"]

@@ -292,6 +292,9 @@ def _serve_fetch_session(broker, reader, writer, replica_messages: bool,
         stream.set_busy(1)  # a long poll in progress: its connection is not idle
         try:
             request = request_schemas.check(request_schemas.FETCH, wire.loads(chunk.app_metadata, "fetch"), "fetch")
+            if request.get("typed") is not None:  # it would be ignored: the session reads as its command said
+                raise InvalidRequestError("a fetch session's typed read is named by its command; a request inside "
+                                          "the session may not carry 'typed'")
             # Every request of the session, on the session's context: refused ones are answered in-stream.
             authorization.authorize_call(security, call_context.current(), _fetch_name(request, replica_messages),
                                          request)
