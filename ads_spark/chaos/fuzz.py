@@ -3,15 +3,16 @@
 A cluster holds a ``keep`` topic of acknowledged records (acks=all, min.insync.replicas=2). Then
 malformed inputs go to every broker, category by category (``fuzz_inputs``: every DoAction name
 with bad bodies, tickets, descriptors, fetch sessions, produce streams with bad metadata and bad
-Arrow data, forged control-plane calls, one amplified fetch, many connections and half-open
-streams; create_partitions counts a broker must refuse on the keep topic, and one valid grow of keep
-that the brokers must then serve, ``fuzz_grow``), each call bounded by a deadline. After each category
-the run looks for what a refused input must not do: a dead broker, a changed znode or file
-(``fuzz_state``), a broker cut off from ZooKeeper or deaf to the real controller. At the end it
-checks that ``ads verify-replicas`` passes, that every acknowledged record reads back, that a new
-topic can be created, produced to and read, that a preferred leader election works, that RSS and
-thread counts came back, and that no answer carried Python exception text. ``report.json`` in
-``--out`` holds all of it; the exit is non-zero if any check failed.
+Arrow data, typed produce batches and typed reads aimed at a typed topic whose acknowledged rows
+must read back after each of them (``fuzz_typed``), forged control-plane calls, one amplified fetch,
+many connections and half-open streams; create_partitions counts a broker must refuse on the keep
+topic, and one valid grow of keep that the brokers must then serve, ``fuzz_grow``), each call bounded
+by a deadline. After each category the run looks for what a refused input must not do: a dead
+broker, a changed znode or file (``fuzz_state``), a broker cut off from ZooKeeper or deaf to the
+real controller. At the end it checks that ``ads verify-replicas`` passes, that every acknowledged
+record (and typed row) reads back, that a new topic can be created, produced to and read, that a
+preferred leader election works, that RSS and thread counts came back, and that no answer carried
+Python exception text. ``report.json`` in ``--out`` holds all of it; the exit is non-zero if any check failed.
 
 With ``heal`` (the default), a broker that crashed, lost its ZooKeeper session for good, stopped
 answering or stopped obeying the controller is recorded and then restarted, so that the categories
@@ -49,6 +50,7 @@ from ads_spark.chaos import fuzz_inputs as inputs
 from ads_spark.chaos.runner import keep_logs, wait_healed
 from ads_spark.chaos import fuzz_special as special
 from ads_spark.chaos import fuzz_streams as streams
+from ads_spark.chaos import fuzz_typed as typed
 from ads_spark.chaos.fuzz_checks import end_checks, run_checks
 from ads_spark.chaos.fuzz_report import Answer, CategoryStats, render_table, totals
 from ads_spark.chaos.fuzz_send import Targets, send
@@ -122,6 +124,8 @@ class Fuzzer:
         self.targets = Targets()
         self.stats: dict[str, CategoryStats] = {}
         self.acked: dict[tuple[int, int], bytes] = {}
+        self.typed_acked: dict[tuple[int, int], tuple] = {}  # the typed topic's rows (fuzz_typed.py)
+        self.typed_losses: list[dict] = []  # typed categories after which those rows did not read back
         self.crashes, self.zk_losses, self.unresponsive, self.heals, self.probes = [], [], [], [], []
         self.state_changes, self.partition_state_changes, self.not_run = [], [], []
         self.exit_status: dict[int, str] = {}
@@ -159,6 +163,7 @@ class Fuzzer:
         self._create_or_reuse(inputs.KEEP_TOPIC, min(3, brokers), {"min.insync.replicas": str(min(2, brokers))})
         self._create_or_reuse(inputs.SINK_TOPIC, min(3, brokers), {})
         self._produce_keep()
+        typed.setup_typed_topic(self)
         self.keep_partitions = grow.zk_partition_count(self) or 0
         self.planted, self.planted_dirs = plant_victim(self.layout)
         self.action_names = self._list_actions()
@@ -167,7 +172,8 @@ class Fuzzer:
         self.pids_before = {b: self.cluster.broker_pid(b) for b in self.layout.brokers}
         self.rss_before = {b: proc_status(pid) for b, pid in self.pids_before.items()}
         self.baseline = snapshot(self.layout, self.zk)
-        self.say(f"fuzz: {len(self.acked)} acknowledged records in '{inputs.KEEP_TOPIC}'; "
+        self.say(f"fuzz: {len(self.acked)} acknowledged records in '{inputs.KEEP_TOPIC}', {len(self.typed_acked)} "
+                 f"rows in '{typed.TYPED_TOPIC}'; "
                  f"{len(self.action_names)} actions: {', '.join(self.action_names)}")
 
     def _create_or_reuse(self, topic: str, replication_factor: int, config: dict[str, str]) -> None:
@@ -203,7 +209,7 @@ class Fuzzer:
     def refresh_targets(self) -> None:
         """The controller and, per broker, a partition of keep and of the sink that it leads."""
         led: dict[str, dict[int, int]] = {}
-        for topic in (inputs.KEEP_TOPIC, inputs.SINK_TOPIC):
+        for topic in (inputs.KEEP_TOPIC, inputs.SINK_TOPIC, typed.TYPED_TOPIC):
             try:
                 for partition in self.admin.describe_topics([topic])[0].partitions:
                     led.setdefault(topic, {}).setdefault(partition.leader, partition.partition)
@@ -226,12 +232,15 @@ class Fuzzer:
         plan = [(f"action:{n}", actions[f"action:{n}"], False) for n in READ_ACTIONS if n in self.action_names]
         plan += [("tickets", inputs.ticket_inputs(rng, per_group), False),
                  ("fetch_session", inputs.session_inputs(rng, per_group), False),
+                 ("typed_tickets", typed.typed_category(typed.typed_ticket_inputs(rng, per_group)), False),
+                 ("typed_fetch_session", typed.typed_category(typed.typed_session_inputs(rng, per_group)), False),
                  ("descriptors", streams.descriptor_inputs(), False),
                  ("fetch_amplification", special.fetch_amplification, False),
                  ("connections", special.connections, False),
                  ("produce_metadata", streams.produce_meta_inputs(rng, per_group), False),
                  ("produce_arrow", streams.produce_arrow_inputs(rng), False),
-                 ("produce_raw", streams.produce_raw_inputs(rng), False)]
+                 ("produce_raw", streams.produce_raw_inputs(rng), False),
+                 ("typed_produce", typed.typed_category(typed.typed_produce_inputs(rng, per_group)), False)]
         plan += [(f"action:{n}", actions[f"action:{n}"], False) for n in ADMIN_ACTIONS if n in self.action_names]
         if "create_partitions" in self.action_names:  # after its malformed bodies: a real topic grows here
             plan.append(("partition_increase", grow.partition_increase, False))
@@ -419,7 +428,8 @@ class Fuzzer:
     def _wait_in_sync(self) -> None:
         """After a heal, until keep's and the sink's replicas are back in sync (bounded): what settles after the
         new baseline would be blamed on the next category."""
-        if wait_healed(self.admin, (inputs.KEEP_TOPIC, inputs.SINK_TOPIC), HEAL_SETTLE_S, 0.25)[0]:
+        topics = (inputs.KEEP_TOPIC, inputs.SINK_TOPIC, typed.TYPED_TOPIC)
+        if wait_healed(self.admin, topics, HEAL_SETTLE_S, 0.25)[0]:
             time.sleep(SETTLE_S)
 
     def log_tail(self, broker_id: int, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -435,7 +445,8 @@ class Fuzzer:
         categories = {name: stats.to_json() for name, stats in self.stats.items()}
         report = {"seed": self.settings.seed, "settings": self.settings.to_json(),
                   "elapsed_s": round(time.monotonic() - self.started_s, 1),
-                  "acknowledged_records": len(self.acked), "actions": self.action_names,
+                  "acknowledged_records": len(self.acked), "typed_acknowledged_rows": len(self.typed_acked),
+                  "typed_losses": self.typed_losses, "actions": self.action_names,
                   "categories": categories, "totals": totals(categories), "crashes": self.crashes,
                   "zookeeper_sessions_lost": self.zk_losses, "unresponsive": self.unresponsive, "heals": self.heals,
                   "controller_probes": self.probes, "state_changes": self.state_changes,

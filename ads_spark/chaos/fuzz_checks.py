@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC
 from ads_spark.chaos.fuzz_special import probe_controller
 from ads_spark.chaos.fuzz_state import PLANTED_TEXT, checkpoint_keys, proc_status
+from ads_spark.chaos.fuzz_typed import typed_rows_check
 from ads_spark.chaos.runner import final_reads, wait_healed
 from ads_spark.client import Producer, TopicPartition
 from ads_spark.config import BROKER_KEYS, read_properties
@@ -25,7 +26,8 @@ CHECKS = ("no_crash", "no_hang", "no_untyped_error", "no_exception_text", "no_un
           "partition_increase_served",
           "fetch_answer_bounded", "threads_released", "streams_bounded", "not_blocked_by_held_streams", "rss_bounded",
           "all_categories_ran", "brokers_alive_at_end", "checkpoints_readable", "outside_log_dirs_untouched",
-          "verify_replicas", "acked_records_readable", "produce_consume_new_topic", "preferred_leader_election")
+          "verify_replicas", "acked_records_readable", "typed_rows_readable", "produce_consume_new_topic",
+          "preferred_leader_election")
 ISR_WAIT_S = 30.0
 VERIFY_TIMEOUT_S = 90.0
 ELECTION_WAIT_S = 20.0
@@ -66,7 +68,8 @@ def end_checks(fuzzer) -> dict[str, dict]:
     fuzzer.rss_after = {b: proc_status(fuzzer.cluster.broker_pid(b)) for b in fuzzer.layout.brokers}
     fuzzer.pids_after = {b: fuzzer.cluster.broker_pid(b) for b in fuzzer.layout.brokers}
     against_cluster = (("verify_replicas", _verify_replicas), ("acked_records_readable", _acked_readable),
-                       ("produce_consume_new_topic", _new_topic), ("preferred_leader_election", _preferred_election))
+                       ("typed_rows_readable", _typed_rows), ("produce_consume_new_topic", _new_topic),
+                       ("preferred_leader_election", _preferred_election))
     alive = [b for b in fuzzer.layout.brokers if fuzzer.alive(b)]
     for name, check in against_cluster:
         # With no broker left each of these would only wait out its own timeout.
@@ -110,6 +113,15 @@ def _acked_readable(fuzzer) -> dict:
     detail = (f"{len(fuzzer.acked)} acknowledged, {len(missing)} missing (first {sorted(missing)[:5]}), "
               f"{len(different)} with another value (first {sorted(different)[:5]})")
     return _check(fuzzer.acked and not missing and not different, detail)
+
+
+def _typed_rows(fuzzer) -> dict:
+    """The typed topic's acknowledged rows read back with a typed read at the end, and after every typed category
+    (``fuzz_typed.typed_category``)."""
+    end = typed_rows_check(fuzzer)
+    losses = fuzzer.typed_losses
+    detail = f"at the end: {end['detail']}" + (f"; after categories: {losses[:3]}" if losses else "")
+    return _check(end["ok"] and not losses, detail)
 
 
 def _new_topic(fuzzer) -> dict:

@@ -87,8 +87,9 @@ def send(client: flight.FlightClient, inp: FuzzInput, broker_id: int, port: int,
             return send_get(client, raw, timeout_s)
         if inp.call in ("put", "exchange"):
             return send_descriptor(client, inp, timeout_s)
-        if inp.call == "session":
-            return send_session(client, raw, timeout_s)
+        if inp.call == "session":  # on the input's own command if it has one (a typed read's, fuzz_typed.py)
+            command = targets.fill(inp.descriptor[1](), broker_id, inp.led_topic) if inp.descriptor else None
+            return send_session(client, raw, timeout_s, command)
         if inp.call == "produce":
             return send_produce(client, inp, raw, timeout_s)
         if inp.call == "raw_produce":
@@ -179,10 +180,12 @@ def send_descriptor(client: flight.FlightClient, inp: FuzzInput, timeout_s: floa
     return from_json_answers(texts)
 
 
-def send_session(client: flight.FlightClient, request: bytes, timeout_s: float) -> Answer:
-    """One fetch-session request on a new session, answered until its "end" message."""
+def send_session(client: flight.FlightClient, request: bytes, timeout_s: float,
+                 command: bytes | None = None) -> Answer:
+    """One fetch-session request on a new session (opened with ``command``, by default a plain fetch session),
+    answered until its "end" message."""
     started = time.monotonic()
-    writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(b'{"type": "fetch_session"}'),
+    writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(command or b'{"type": "fetch_session"}'),
                                         options(timeout_s))
     texts, rows = [], 0
     with _closed_on_error(writer):

@@ -35,6 +35,7 @@ from ads_spark.broker.log.checkpoints import _parse_checkpoint, _parse_offset_en
 from ads_spark.broker.log.checkpoints import _read_lines as _read_checkpoint_lines
 from ads_spark.chaos.fuzz_inputs import KEEP_TOPIC, SINK_TOPIC
 from ads_spark.chaos.fuzz_report import code_name, typed_detail
+from ads_spark.chaos.fuzz_typed import TYPED_TOPIC
 from ads_spark.broker.zk.model import ISR_CHANGE_PATH, TOPICS_PATH
 from ads_spark.broker.zk.session import DEFAULT_CHROOT
 from ads_spark.config import BrokerConfig, read_properties
@@ -216,8 +217,10 @@ def snapshot(layout: Layout, zk) -> dict[str, dict[str, str]]:
 
 
 def partition_state_path(path: str) -> bool:
-    """A partition state of the keep topic or the produce sink: leadership and ISR move with restarts."""
-    return any(path.startswith(f"/brokers/topics/{topic}/partitions/") for topic in (KEEP_TOPIC, SINK_TOPIC))
+    """A partition state of the keep topic, the produce sink or the typed topic: leadership and ISR move with
+    restarts."""
+    return any(path.startswith(f"/brokers/topics/{topic}/partitions/") for topic in (KEEP_TOPIC, SINK_TOPIC,
+                                                                                       TYPED_TOPIC))
 
 
 def grown(section: str, key: str, old: str | None, new: str | None, counts: dict[str, int]) -> bool:

@@ -50,10 +50,12 @@ def test_the_run_sent_every_category_it_ran(fuzz_run):
     report, out = fuzz_run
     grown = sum(g.get("acked_in_new_partitions", 0) for g in report["partition_increases"])  # fuzz_grow.py
     assert report["acknowledged_records"] == SETTINGS["keep_records"] + grown
+    assert report["typed_acknowledged_rows"] > 0 and not report["typed_losses"]
     for name, stats in report["categories"].items():
         assert stats["inputs"] > 0 and stats["sent"] + stats["skipped"] >= stats["inputs"], (name, stats)
     planned = {"tickets", "descriptors", "fetch_session", "produce_metadata", "produce_arrow", "produce_raw",
                "fetch_amplification", "connections", "forged_control", "partition_increase",
+               "typed_tickets", "typed_fetch_session", "typed_produce",  # fuzz_typed.py (issue #26)
                *(f"action:{a}" for a in report["actions"])}
     assert planned == set(report["categories"]) | set(report["not_run"])
     assert json.loads((out / "report.json").read_text())["totals"] == report["totals"]
