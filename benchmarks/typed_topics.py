@@ -1,0 +1,225 @@
+"""Typed topics against their Kafka-shaped twin in Spark, side by side in one run (issue #26, item 5).
+
+    python -m benchmarks.typed_topics --out DIR [--rows N] [--runs K] [--quick]
+
+On one local 3-broker cluster (RF=3, min.insync.replicas=2) and one local[2] SparkSession: a 20-column typed
+topic (10 BIGINT with a monotonic ``seq``, 10 STRING of 8-16 characters; ``schema.statistics.columns=seq``)
+and a Kafka-shaped topic holding the same rows as JSON values, both filled before any clock starts
+(``typed_topics_data``). Each run, for reads over Flight (``ads.local.reads=false``) and local reads:
+
+* ``json``: the Kafka-shaped topic with ``from_json`` of seq and s0;
+* ``typed_full``: the typed topic, every column moved to Spark;
+* ``typed_projection``: the ``columns`` option, seq and s0;
+* ``typed_filter_option`` / ``typed_filter_pushed``: the projection plus ``seq >= 0.9 N``, by the ``filter``
+  option and by Spark's pushed filters (``pushFilters=true`` with Spark's Python pushdown conf on);
+
+every read is ``agg(count, sum(seq), sum(length(s0)))`` in Spark, checked against the generator's checksum
+(the JSON read computes the tail's too). Then the same rows streamed (availableNow) from Parquet files into a
+fresh typed topic, a fresh Kafka-shaped one (``to_json(struct(*))``), and into the Python-sink ceiling
+(``ads-synthetic`` of ``spark_source_sink``) with either DataFrame. Per case: rows/s, the bytes the brokers
+sent (``ads_fetch_bytes_total{reader="consumer"}``), the brokers' CPU (/proc) per million rows and the batches
+they skipped. Writes DIR/typed_topics.json and prints the cases and the issue's targets; ratios are only
+meant within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from ads_spark.client import Admin, TopicPartition
+from ads_spark.cluster import LocalCluster
+from benchmarks.compaction import metric_per_broker
+from benchmarks.kafka_clients import cpu_seconds
+from benchmarks.spark_source_sink import local_spark, synthetic_source_class, timed
+from benchmarks import typed_topics_data as data
+from benchmarks.typed_topics_report import print_tables, summarise, targets
+
+ROWS_DEFAULT = 2_000_000
+ROWS_QUICK = 200_000
+TOPIC_CONFIG = {"min.insync.replicas": "2"}
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+BYTES_SERIES = 'ads_fetch_bytes_total{reader="consumer"}'
+SKIPPED_SERIES = "ads_fetch_batches_skipped_total"
+
+
+class Bench:
+    """The cluster, Spark session and topics of one benchmark, and the measuring of one case."""
+
+    def __init__(self, cluster: LocalCluster, admin: Admin, spark, rows: int, work: Path):
+        self.cluster, self.admin, self.spark, self.rows, self.work = cluster, admin, spark, rows, work
+        self.bootstrap = cluster.bootstrap_servers
+        self.pids = [cluster.broker_pid(b) for b in cluster.broker_ids()]
+        self.tail_from = rows - rows // 10
+        self.typed_topic, self.json_topic = "typed-20", "json-20"
+        self.parquet = work / "parquet"
+
+    def counters(self) -> tuple[float, float, float]:
+        return (sum(metric_per_broker(self.admin, BYTES_SERIES).values()),
+                sum(metric_per_broker(self.admin, SKIPPED_SERIES).values()),
+                sum(cpu_seconds(pid) for pid in self.pids))
+
+    def measure(self, action, rows: int) -> dict:
+        """Run ``action`` (returns what it checks) timed, with the brokers' counters around it."""
+        before = self.counters()
+        outcome: dict = {}
+        seconds = timed(lambda: outcome.setdefault("value", action()))
+        after = self.counters()
+        return {"rows_per_s": rows / seconds, "seconds": seconds, "fetch_bytes": after[0] - before[0],
+                "batches_skipped": after[1] - before[1],
+                "broker_cpu_s_per_m_rows": (after[2] - before[2]) / rows * 1e6, "check": outcome["value"]}
+
+    def reader(self, topic: str, local: bool, **options):
+        reader = self.spark.read.format("ads").option("ads.bootstrap.servers", self.bootstrap) \
+            .option("subscribe", topic).option("ads.local.reads", "true" if local else "false")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+
+def _checksum(df, *conditions: str) -> list[int]:
+    """count, sum(seq), sum(length(s0)) of ``df`` in Spark, then the same for each condition's rows."""
+    parts = ["count(1)", "sum(seq)", "sum(length(s0))"]
+    for condition in conditions:
+        parts += [f"count_if({condition})", f"sum(if({condition}, seq, 0))", f"sum(if({condition}, length(s0), 0))"]
+    row = df.selectExpr(*parts).collect()[0]
+    return [int(v or 0) for v in row]
+
+
+def read_cases(bench: Bench, local: bool) -> dict:
+    """One sample of every read case, over local reads or Flight."""
+    tail = f"seq >= {bench.tail_from}"
+    cases = {}
+    json_df = lambda: bench.reader(bench.json_topic, local).selectExpr(  # noqa: E731
+        f"from_json(CAST(value AS STRING), '{data.JSON_FIELDS}') AS j").selectExpr("j.seq AS seq", "j.s0 AS s0")
+    cases["json"] = bench.measure(lambda: _checksum(json_df(), tail), bench.rows)
+    cases["typed_full"] = bench.measure(lambda: _checksum(bench.reader(bench.typed_topic, local)), bench.rows)
+    cases["typed_projection"] = bench.measure(
+        lambda: _checksum(bench.reader(bench.typed_topic, local, columns="seq,s0")), bench.rows)
+    cases["typed_filter_option"] = bench.measure(
+        lambda: _checksum(bench.reader(bench.typed_topic, local, columns="seq,s0", filter=tail)), bench.rows)
+    bench.spark.conf.set(PUSHDOWN_CONF, "true")
+    try:
+        cases["typed_filter_pushed"] = bench.measure(lambda: _checksum(
+            bench.reader(bench.typed_topic, local, columns="seq,s0", pushFilters="true").where(tail)), bench.rows)
+    finally:
+        bench.spark.conf.unset(PUSHDOWN_CONF)
+    return {(("local" if local else "flight"), name): value for name, value in cases.items()}
+
+
+def write_case(bench: Bench, sink: str, shape: str) -> dict:
+    """Stream the Parquet rows into ``sink`` (``ads``: a fresh topic, created and deleted off the clock)."""
+    stream = bench.spark.readStream.schema(data.DDL).parquet(str(bench.parquet))
+    if shape == "json":
+        stream = stream.selectExpr("to_json(struct(*)) AS value")
+    writer = stream.writeStream.option("checkpointLocation", str(bench.work / f"ckpt-{uuid.uuid4().hex}")) \
+        .trigger(availableNow=True)
+    topic = f"write-{shape}-{uuid.uuid4().hex[:6]}"
+    if sink == "ads":
+        bench.admin.create_topic(topic, data.PARTITIONS, 3, config=TOPIC_CONFIG,
+                                 schema=data.DDL if shape == "typed" else None)
+        writer = writer.format("ads").option("ads.bootstrap.servers", bench.bootstrap).option("topic", topic)
+    else:
+        writer = writer.format("ads-synthetic")
+    result = bench.measure(lambda: writer.start().awaitTermination(), bench.rows)
+    if sink == "ads":
+        ends = bench.admin.list_offsets([TopicPartition(topic, p) for p in range(data.PARTITIONS)], "latest")
+        result["check"] = [sum(ends.values())]
+        assert result["check"][0] == bench.rows, f"{topic} holds {result['check'][0]} rows, not {bench.rows}"
+        bench.admin.delete_topic(topic)
+    return result
+
+
+def run_once(bench: Bench) -> dict:
+    samples = {}
+    for local in (False, True):
+        samples.update(read_cases(bench, local))
+    for sink, shape in (("ceiling", "typed"), ("ads", "typed"), ("ceiling", "json"), ("ads", "json")):
+        samples[("write", f"{sink}_{shape}")] = write_case(bench, sink, shape)
+    return samples
+
+
+def check_reads(samples: dict, everything: data.Checksum, tail: data.Checksum) -> None:
+    """Every read's checksum against the generator's (the JSON read's tail part too); AssertionError otherwise."""
+    whole, last = list(everything.as_tuple()), list(tail.as_tuple())
+    for (mode, case), sample in samples.items():
+        if mode == "write":
+            continue
+        want = last if case.startswith("typed_filter") else whole
+        got = sample["check"][:3]
+        assert got == want, f"{mode} {case}: checksum {got}, the rows give {want}"
+        if case == "json":
+            assert sample["check"][3:] == last, f"{mode} json tail: {sample['check'][3:]} != {last}"
+
+
+def setup(bench: Bench) -> tuple[data.Checksum, data.Checksum]:
+    stats = {**TOPIC_CONFIG, "schema.statistics.columns": "seq"}
+    bench.admin.create_topic(bench.typed_topic, data.PARTITIONS, 3, config=stats, schema=data.DDL)
+    bench.admin.create_topic(bench.json_topic, data.PARTITIONS, 3, config=TOPIC_CONFIG)
+    started = time.perf_counter()
+    sums = data.fill(bench.bootstrap, bench.typed_topic, bench.json_topic, bench.parquet, bench.rows,
+                     bench.tail_from)
+    print(f"filled {bench.rows:,} rows into both topics in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return sums
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Typed topics against their Kafka-shaped twin in Spark")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rows", type=int, default=None, help=f"default {ROWS_DEFAULT:,}, quick {ROWS_QUICK:,}")
+    parser.add_argument("--runs", type=int, default=None, help="measured runs (default 3, quick 1)")
+    parser.add_argument("--warmup-runs", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="fewer rows and one run: a smoke test")
+    args = parser.parse_args(argv)
+    args.rows = args.rows or (ROWS_QUICK if args.quick else ROWS_DEFAULT)
+    args.runs = args.runs or (1 if args.quick else 3)
+    if args.rows < 10 * data.BATCH_ROWS or args.runs < 1:
+        parser.error(f"--rows must be at least {10 * data.BATCH_ROWS} and --runs at least 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    samples: dict = {}
+    with tempfile.TemporaryDirectory(prefix="ads-typed-bench-") as state_dir:
+        cluster = LocalCluster(Path(state_dir) / "cluster")
+        spark = None
+        try:
+            cluster.up(brokers=3)
+            admin = Admin({"bootstrap.servers": cluster.bootstrap_servers})
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            spark = local_spark("ads-typed-bench")
+            spark.dataSource.register(synthetic_source_class())
+            bench = Bench(cluster, admin, spark, args.rows, Path(state_dir))
+            everything, tail = setup(bench)
+            for run in range(-args.warmup_runs, args.runs):
+                results = run_once(bench)
+                check_reads(results, everything, tail)
+                if run >= 0:
+                    for key, value in results.items():
+                        samples.setdefault(key, []).append(value)
+                print(f"run {run + 1}/{args.runs} done" if run >= 0 else "warm-up run done",
+                      f"at {time.strftime('%H:%M:%S')}", file=sys.stderr)
+        finally:
+            if spark is not None:
+                spark.stop()
+            cluster.down()
+    rows = summarise(samples, args.rows, data.batch_count(args.rows))
+    report = {"rows": args.rows, "runs": args.runs, "batches_per_topic": data.batch_count(args.rows),
+              "checksum_all": list(everything.as_tuple()), "checksum_tail": list(tail.as_tuple()),
+              "cases": rows, "targets": targets(rows)}
+    (out / "typed_topics.json").write_text(json.dumps(report, indent=2))
+    print_tables(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
