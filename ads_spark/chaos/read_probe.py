@@ -32,13 +32,13 @@ def install(directory: str) -> None:
         return
     lock = threading.Lock()
 
-    def recorded(self, tp, start, max_bytes, max_wait_ms, prefer_rack=True):
+    def recorded(self, tp, start, max_bytes, max_wait_ms, prefer_rack=True, typed=None):
         try:  # the leader the fetch is about to ask (it looks it up the same way, first thing)
             leader_host = self._connections.leader_of(tp.topic, tp.partition)[1].host
         except Exception:  # the fetch itself fails the same way and says why
             leader_host = "unknown"
         before = self.local_fetches
-        chunk = original(self, tp, start, max_bytes, max_wait_ms, prefer_rack)
+        chunk = original(self, tp, start, max_bytes, max_wait_ms, prefer_rack, typed)
         line = {"reader": socket.gethostname(), "leader": leader_host, "topic": tp.topic,
                 "partition": tp.partition, "records": chunk.table.num_rows,
                 "kind": LOCAL if self.local_fetches > before else REMOTE}
