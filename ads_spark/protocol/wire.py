@@ -173,10 +173,25 @@ def parse_acks(value: Any) -> int:
 # ---- errors across the wire -------------------------------------------------
 
 
+# A Flight error travels in gRPC headers (its text) and trailers (extra_info), which clients refuse past 16 KiB
+# (RESOURCE_EXHAUSTED, no code left to read): a message naming thousands of columns is cut to fit, saying so.
+ERROR_MESSAGE_CHARS_MAX = 2000
+ERROR_DETAIL_BYTES_MAX = 6000  # JSON escapes non-ASCII text up to 6 bytes a character: cut again past this
+
+
+def _bounded(message: str, chars: int) -> str:
+    return message if len(message) <= chars else f"{message[:chars]}... (cut: {len(message)} characters in all)"
+
+
 def flight_error(error: AdsError) -> flight.FlightServerError:
-    """The exception a Flight handler raises for ``error``."""
-    detail = dumps({"error_code": int(error.code), "message": error.message or str(error)})
-    return flight.FlightServerError(str(error), extra_info=detail)
+    """The exception a Flight handler raises for ``error``, its message bounded to fit gRPC's metadata."""
+    message = _bounded(error.message or str(error), ERROR_MESSAGE_CHARS_MAX)
+    detail = dumps({"error_code": int(error.code), "message": message})
+    if len(detail) > ERROR_DETAIL_BYTES_MAX:
+        message = _bounded(message, ERROR_MESSAGE_CHARS_MAX // 8)
+        detail = dumps({"error_code": int(error.code), "message": message})
+    return flight.FlightServerError(f"{error.code.name}: {message}" if error.message else str(error),
+                                    extra_info=detail)
 
 
 # What pyarrow raises (ArrowInvalid, no subtype) for a call on a FlightClient already closed.

@@ -13,7 +13,7 @@ from ads_spark.broker.rpc import server
 from ads_spark.broker.typed_produce import conform_typed_batch, refuse_typed_batch
 from ads_spark.errors import ErrorCode, InvalidRecordError, InvalidRequestError
 from ads_spark.protocol import wire
-from ads_spark.protocol.typed_records import SCHEMA_ID_KEY, schema_id_of
+from ads_spark.protocol.typed_records import SCHEMA_ID_KEY, projected_schema, schema_id_of, typed_record_schema
 from ads_spark.schemas import ddl, types
 from ads_spark.schemas.statistics import predicates_from_wire
 from tests.fixtures.logs import produce_batch, values_for
@@ -144,3 +144,18 @@ def test_a_request_inside_a_fetch_session_may_not_carry_its_own_typed_read():
     assert "may not carry 'typed'" in written.metadata[0]["message"] and written.metadata[0]["end"] is True
     assert fetched == [request]  # only the second request reached the broker, and was answered
     assert written.metadata[1] == {"end": True}
+
+
+@pytest.mark.parametrize("name", ["c", "\u00e9\u00e9"])
+def test_an_error_naming_thousands_of_columns_still_fits_grpc_metadata(name):
+    """A typed read of 4,096 unknown columns was refused with a message listing them all: 35 KB of gRPC metadata,
+    which the client dropped as RESOURCE_EXHAUSTED (no error code left). The message is cut, saying so."""
+    stored = typed_record_schema(V1, 1)
+    with pytest.raises(InvalidRequestError) as refused:
+        projected_schema(stored, [f"{name}{i}" for i in range(4096)])
+    raised = wire.flight_error(refused.value)
+    assert len(bytes(raised.extra_info)) + len(str(raised).encode()) < 16384
+    assert wire.to_ads_error(raised).code == ErrorCode.INVALID_REQUEST
+    assert "characters in all)" in wire.to_ads_error(raised).message
+    short = wire.flight_error(InvalidRequestError("short"))
+    assert str(short).startswith("INVALID_REQUEST: short") and wire.to_ads_error(short).message == "short"
