@@ -21,6 +21,10 @@ class TypedRead(ProjectedRead):
     def __init__(self, topic: str, topic_id: str, version: int, columns: list[str] | None, schemas,
                  filters: list | None = None):
         self.topic_id = topic_id
+        try:
+            schemas.user_schema(topic, topic_id, version)
+        except UnknownTopicOrPartitionError as exc:  # not retriable: asking again will not register it
+            raise InvalidRequestError(f"typed read of topic '{topic}': {exc.message or exc}") from None
         super().__init__(topic, version, columns, lambda v: schemas.user_schema(topic, topic_id, v), filters)
 
     @classmethod

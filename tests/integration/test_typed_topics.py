@@ -15,7 +15,7 @@ import pytest
 
 from ads_spark.client import Admin, Consumer, Producer, TopicPartition
 from ads_spark.client.typed import typed_read
-from ads_spark.errors import ErrorCode, InvalidRecordError, PolicyViolationError
+from ads_spark.errors import ErrorCode, InvalidRecordError, InvalidRequestError, PolicyViolationError
 from ads_spark.protocol import wire
 from ads_spark.protocol.typed_records import check_stored_schema, typed_produce_schema
 from tests.fixtures.cluster import metric_values
@@ -196,3 +196,11 @@ def test_poll_arrow_reads_a_typed_topic_projected_with_a_kafka_shaped_one(typed)
                 consumer.poll(0.1)
         finally:
             consumer.close()
+
+
+def test_a_read_of_a_version_never_registered_fails_at_once_by_name(typed):
+    _, _, _, consumer, topic = typed
+    started = time.monotonic()
+    with pytest.raises(InvalidRequestError, match=f"typed read of topic '{topic}': .*no schema version 9"):
+        consumer.fetch_range(TopicPartition(topic, 0), 0, 10, typed=typed_read(topic, 9))
+    assert time.monotonic() - started < 10  # not retried as a missing partition would be
