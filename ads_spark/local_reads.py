@@ -39,6 +39,7 @@ import pyarrow.ipc as ipc
 
 from ads_spark.errors import CorruptMessageError
 from ads_spark.protocol.records import NO_SCHEMA_ID, RECORD_SCHEMA, BatchHeader
+from ads_spark.protocol.typed_records import with_offsets
 from ads_spark.schemas.projection import ProjectedRead
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -116,7 +117,7 @@ def _read_segment(segment: dict[str, Any], projection: ProjectedRead | None, par
                     raise NotLocal(f"{segment['path']} holds Kafka-shaped batches, not typed ones")
                 if not projection.may_match(header):  # the broker's next offset still passes it
                     continue
-                batch = projection.convert(batch, header, partition)
+                batch = with_offsets(projection.convert(batch, header, partition), header.base_offset)
             out.append(batch)
         if out and projection is None and not out[0].schema.equals(RECORD_SCHEMA):
             raise NotLocal(f"{segment['path']} does not hold RECORD_SCHEMA batches")

@@ -11,6 +11,7 @@ skipped batch still moves the reader's next offset, and a replay reads the same 
 from __future__ import annotations
 
 from ads_spark.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from ads_spark.protocol.typed_records import META_COLUMNS
 from ads_spark.schemas.projection import ProjectedRead
 
 
@@ -19,13 +20,13 @@ class TypedRead(ProjectedRead):
     batch of its answers is in)."""
 
     def __init__(self, topic: str, topic_id: str, version: int, columns: list[str] | None, schemas,
-                 filters: list | None = None):
+                 filters: list | None = None, meta: tuple[str, ...] | list[str] = META_COLUMNS):
         self.topic_id = topic_id
         try:
             schemas.user_schema(topic, topic_id, version)
         except UnknownTopicOrPartitionError as exc:  # not retriable: asking again will not register it
             raise InvalidRequestError(f"typed read of topic '{topic}': {exc.message or exc}") from None
-        super().__init__(topic, version, columns, lambda v: schemas.user_schema(topic, topic_id, v), filters)
+        super().__init__(topic, version, columns, lambda v: schemas.user_schema(topic, topic_id, v), filters, meta)
 
     @classmethod
     def from_request(cls, typed: dict, broker) -> "TypedRead":
@@ -37,4 +38,4 @@ class TypedRead(ProjectedRead):
         if broker.topic_config(topic).get("schema.type") != "arrow":
             raise InvalidRequestError(f"topic '{topic}' is not typed (schema.type=kafka): read it without 'typed'")
         return cls(topic, known["topic_id"], typed["version"], typed.get("columns"), broker.schemas,
-                   typed.get("filters"))
+                   typed.get("filters"), typed.get("meta", META_COLUMNS))

@@ -43,7 +43,7 @@ from ads_spark.client.chunks import (
 from ads_spark.client.poll_fetcher import PollFetcher
 from ads_spark.client.groups.consumer_api import GroupMethods
 from ads_spark.local_reads import NotLocal, SegmentsNotReadable, host_identity, read_located
-from ads_spark.client.typed import TypedReadMethods, local_projection
+from ads_spark.client.typed import TypedReadMethods, local_projection, received_batches
 from ads_spark.replication.epochs import consumer_divergence
 
 log = logging.getLogger("ads.client.consumer")
@@ -349,7 +349,7 @@ class Consumer(GroupMethods, TypedReadMethods):
             if error.retriable:
                 self._connections.drop(broker.host, broker.port)
             raise error from None
-        info, batches = infos.get(tp.key()), [batch for batch, _ in stored.get(tp.key(), [])]
+        info, batches = infos.get(tp.key()), received_batches(stored.get(tp.key(), []), typed)
         if info is None:
             raise error_for(-1, "fetch response carried no partition metadata")
         if info["error_code"]:

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ads_spark.client.chunks import FetchedChunk, TopicPartition, fetched_chunk
+from ads_spark.client.typed import received_batches
 from ads_spark.protocol import wire
 from ads_spark.protocol.fetch_session import FetchSession
 from ads_spark.errors import AdsError, OffsetOutOfRangeError, error_for
@@ -265,7 +266,8 @@ class PollFetcher:
             if error.retriable:
                 self._connections.drop(broker.host, broker.port)
             raise
-        return {key: self._answer_from(key, position, infos.get(key), [b for b, _ in batches.get(key, [])],
+        typed = self._consumer.typed_reads.get(wanted[0][0][0])
+        return {key: self._answer_from(key, position, infos.get(key), received_batches(batches.get(key, []), typed),
                                        from_replica)
                 for key, position, _, _, from_replica in wanted}
 

@@ -20,10 +20,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ads_spark.errors import InvalidRecordError, InvalidRequestError
+from ads_spark.errors import CorruptMessageError, InvalidRecordError, InvalidRequestError
 from ads_spark.protocol import wire
-from ads_spark.protocol.records import NO_SCHEMA_ID
-from ads_spark.protocol.typed_records import produce_columns, typed_produce_schema
+from ads_spark.protocol.records import ALL_ROWS, NO_SCHEMA_ID
+from ads_spark.protocol.typed_records import (
+    META_COLUMNS, TYPED_STORED_PREFIX, produce_columns, typed_produce_schema, with_offsets,
+)
 from ads_spark.schemas import ipc
 
 SCHEMAS_REFRESH_MS = 5000
@@ -102,12 +104,15 @@ def is_typed_batch(batch: pa.RecordBatch) -> bool:
 
 
 def typed_read(topic: str, version: int, columns: list[str] | None = None,
-               filters: list | None = None) -> dict[str, Any]:
+               filters: list | None = None, meta: list[str] | None = None) -> dict[str, Any]:
     """The ``typed`` field of a fetch request (``request_schemas.TYPED_READ``); ``filters``: predicates
-    (``schemas.statistics.Predicate``) the broker skips batches by, sent in ``predicate_to_wire``'s form."""
+    (``schemas.statistics.Predicate``) the broker skips batches by, sent in ``predicate_to_wire``'s form;
+    ``meta``: which of timestamp, key, headers to receive (None: all three)."""
     read: dict[str, Any] = {"topic": topic, "version": int(version)}
     if columns is not None:
         read["columns"] = list(columns)
+    if meta is not None:
+        read["meta"] = list(meta)
     if filters:
         from ads_spark.schemas.statistics import predicate_to_wire
         read["filters"] = [predicate_to_wire(p) for p in filters]
@@ -128,7 +133,8 @@ def local_projection(connections, typed: dict | None):
     schemas = schemas_for(connections)
     topic = typed["topic"]
     return ProjectedRead(topic, typed["version"], typed.get("columns"),
-                         lambda version: schemas.version(topic, version)[1], typed.get("filters"))
+                         lambda version: schemas.version(topic, version)[1], typed.get("filters"),
+                         typed.get("meta", META_COLUMNS))
 
 
 def schemas_for(connections) -> TopicSchemas:
@@ -161,4 +167,19 @@ class TypedReadMethods:
         projection = ProjectedRead(topic, chosen, read.get("columns"),
                                    lambda v: schemas.version(topic, v)[1])  # refuses unknown columns by name
         self.typed_reads[topic] = read
-        return projection.schema
+        return pa.schema([TYPED_STORED_PREFIX[0], *projection.schema])  # the offset, rebuilt from headers
+
+
+def received_batches(pairs: list, typed: dict | None) -> list[pa.RecordBatch]:
+    """The record batches of a fetch answer's (batch, chunk metadata) pairs; a typed read's get their ``offset``
+    column back from their headers (``typed_records.with_offsets``), checked against the header's span."""
+    if typed is None:
+        return [batch for batch, _ in pairs]
+    out = []
+    for batch, meta in pairs:
+        header = meta.get("header") or {}
+        if "base_offset" not in header or header.get("record_count") != batch.num_rows \
+                or header.get("row_count", ALL_ROWS) != ALL_ROWS:
+            raise CorruptMessageError(f"typed fetch answer: a batch of {batch.num_rows} rows with header {header}")
+        out.append(with_offsets(batch, int(header["base_offset"])))
+    return out

@@ -64,6 +64,8 @@ TYPED_READ = Obj({
     "topic": required(TOPIC), "version": required(Int(1, INT32_MAX)),
     "columns": optional(ListOf(Text(COLUMN_NAME_CHARS_MAX), TYPED_READ_COLUMNS_MAX, distinct=True)),
     "filters": optional(ListOf(_FILTER, TYPED_READ_FILTERS_MAX)),
+    # Which of the meta columns to send (absent: all); the offset is never sent, readers rebuild it.
+    "meta": optional(ListOf(Text(16, choices=("timestamp", "key", "headers")), 3, distinct=True)),
 })
 
 FETCH = Obj({

@@ -8,7 +8,8 @@ every follower build byte-identical segment schemas without exchanging them, and
 its version itself: any Arrow tool opens it, and recovery needs nothing but the file.
 
 A producer sends the same columns without ``offset`` (``typed_produce_schema``); a consumer receives
-``projected_schema``: the stored prefix and the columns it asked for, in the version it reads.
+``projected_schema``: the meta columns and the columns it asked for, in the version it reads, the offset
+rebuilt from each batch's header (``with_offsets``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ TYPED_PRODUCE_PREFIX = (
 )
 TYPED_STORED_PREFIX = (pa.field("offset", pa.int64(), nullable=False), *TYPED_PRODUCE_PREFIX)
 PRODUCE_PREFIX_NAMES = tuple(field.name for field in TYPED_PRODUCE_PREFIX)
+META_COLUMNS = PRODUCE_PREFIX_NAMES  # what a typed read may ask for besides user columns (default: all)
 
 
 def typed_produce_schema(user_schema: pa.Schema, version: int) -> pa.Schema:
@@ -84,19 +86,31 @@ def check_stored_schema(schema: pa.Schema) -> int:
     return version
 
 
-def projected_schema(stored: pa.Schema, columns: list[str] | None) -> pa.Schema:
-    """``stored`` (a typed record schema) keeping the prefix and only ``columns`` of its user columns, in the
-    order asked; None keeps them all. InvalidRequestError names the columns the version does not have."""
-    if columns is None:
-        return stored
+def projected_schema(stored: pa.Schema, columns: list[str] | None,
+                     meta: tuple[str, ...] | list[str] = META_COLUMNS) -> pa.Schema:
+    """What a typed read of ``stored`` (a typed record schema) sends: the ``meta`` columns it asked for (prefix
+    order), then only ``columns`` of its user columns in the order asked (None: all). No ``offset``: a typed
+    batch holds every offset of its span (compaction is refused on typed topics), so readers rebuild the column
+    from the batch's header (``with_offsets``) and 8 bytes a row stay on the broker. InvalidRequestError names
+    the columns the version does not have."""
     users = user_columns(stored)
-    missing = [name for name in columns if name not in users.names]
+    names = users.names if columns is None else list(columns)
+    missing = [name for name in names if name not in users.names]
     if missing:
         raise InvalidRequestError(f"column(s) {missing} are not in schema version {schema_id_of(stored)} "
                                   f"(columns: {users.names})")
-    if len(set(columns)) != len(columns):
-        raise InvalidRequestError(f"columns {columns} name a column twice")
-    return pa.schema([*TYPED_STORED_PREFIX, *(users.field(name) for name in columns)], metadata=stored.metadata)
+    if len(set(names)) != len(names):
+        raise InvalidRequestError(f"columns {names} name a column twice")
+    prefix = [field for field in TYPED_PRODUCE_PREFIX if field.name in meta]
+    return pa.schema([*prefix, *(users.field(name) for name in names)], metadata=stored.metadata)
+
+
+def with_offsets(batch: pa.RecordBatch, base_offset: int) -> pa.RecordBatch:
+    """A typed read's batch with its ``offset`` column rebuilt in front (``base_offset`` onwards, one a row)."""
+    offsets = int64_column(np.arange(base_offset, base_offset + batch.num_rows, dtype=np.int64))
+    return pa.RecordBatch.from_arrays([offsets, *batch.columns],
+                                      schema=pa.schema([TYPED_STORED_PREFIX[0], *batch.schema],
+                                                       metadata=batch.schema.metadata))
 
 
 def produce_columns(batch: pa.RecordBatch, registered: pa.Schema, *, cast: bool) -> tuple[list[pa.Array], list[str]]:

@@ -1,8 +1,8 @@
 """Reading stored typed batches as one schema version, projected: the rule shared by the broker's typed fetch
 (``broker/typed_fetch.py``) and a client's local read of the segment files (``local_reads.py``).
 
-The output schema is fixed for a read (``projected_schema``: offset, timestamp, key, headers, then the
-asked columns of the read version). A batch stored in the read version gives its own columns (a
+The output schema is fixed for a read (``projected_schema``: the asked meta columns of timestamp, key,
+headers, then the asked columns of the read version; no offset: readers rebuild it from the header). A batch stored in the read version gives its own columns (a
 selection of its buffers, no copy). A batch of another version is resolved by field id on the asked
 columns only (``compatibility.resolve``): columns added later are dropped, columns it lacks are nulls,
 widened types cast; one the read version cannot read raises InvalidRecordError naming both versions and
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ads_spark.errors import InvalidConfigError, InvalidRecordError
 from ads_spark.protocol.records import NO_STATS, BatchHeader
-from ads_spark.protocol.typed_records import TYPED_STORED_PREFIX, projected_schema, typed_record_schema
+from ads_spark.protocol.typed_records import META_COLUMNS, TYPED_STORED_PREFIX, projected_schema, typed_record_schema
 from ads_spark.schemas import compatibility, statistics, types
 
 _PREFIX_COLUMNS = len(TYPED_STORED_PREFIX)
@@ -29,18 +29,21 @@ class ProjectedRead:
     """Stored batches of ``topic`` as version ``version`` reads them, keeping ``columns`` (None: all)."""
 
     def __init__(self, topic: str, version: int, columns: list[str] | None,
-                 user_schema_of: Callable[[int], pa.Schema], filters: list | None = None):
+                 user_schema_of: Callable[[int], pa.Schema], filters: list | None = None,
+                 meta: tuple[str, ...] | list[str] = META_COLUMNS):
         self.topic, self.version, self._user_schema_of = topic, version, user_schema_of
         reader_users = user_schema_of(version)
         self._version_users = reader_users
         self.predicates = statistics.predicates_from_wire(filters or [], reader_users)
         self._names_by_version: dict[int, dict[str, str]] = {}  # writer version -> {its column: read column}
-        self.schema = projected_schema(typed_record_schema(reader_users, version), columns)
-        self.reader_users = pa.schema(list(self.schema)[_PREFIX_COLUMNS:])
-        stored_names = reader_users.names
-        # Positions of the read columns in a batch stored in the read version (prefix first).
-        self._same_version_indexes = [*range(_PREFIX_COLUMNS),
-                                      *(_PREFIX_COLUMNS + stored_names.index(f.name) for f in self.reader_users)]
+        self.schema = projected_schema(typed_record_schema(reader_users, version), columns, meta)
+        meta_count = len(self.schema) - len(columns if columns is not None else reader_users)
+        self.reader_users = pa.schema(list(self.schema)[meta_count:])
+        # Positions in a stored batch of the read's meta columns, and of its user columns when the batch is in the
+        # read version.
+        self._meta_indexes = [i for i, field in enumerate(TYPED_STORED_PREFIX) if field.name in self.schema.names]
+        self._same_version_indexes = [*self._meta_indexes, *(_PREFIX_COLUMNS + reader_users.names.index(f.name)
+                                                             for f in self.reader_users)]
 
     def empty_batch(self) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays([pa.nulls(0, field.type) for field in self.schema], schema=self.schema)
@@ -87,4 +90,5 @@ class ProjectedRead:
                 f"{self.topic}-{partition}: the batch at offset {base_offset} is in schema version {schema_id}, "
                 f"which a reader of version {self.version} cannot read ({exc}); restart the reader on the latest "
                 f"schema version") from None
-        return pa.RecordBatch.from_arrays([*batch.columns[:_PREFIX_COLUMNS], *resolved.columns], schema=self.schema)
+        return pa.RecordBatch.from_arrays([*(batch.column(i) for i in self._meta_indexes), *resolved.columns],
+                                          schema=self.schema)

@@ -141,9 +141,13 @@ def test_reads_across_versions_and_projection_moves_only_the_asked_columns(typed
     middle = consumer_bytes()
     projected = consumer.fetch_range(tp, 0, 160, typed=typed_read(topic, 2, ["order_id"])).table
     after = consumer_bytes()
-    assert projected.column_names == ["offset", "timestamp", "key", "headers", "order_id"]
+    assert projected.column_names == ["offset", "timestamp", "key", "headers", "order_id"]  # offset rebuilt
     assert projected.column("order_id").equals(full.column("order_id"))
+    bare = consumer.fetch_range(tp, 0, 160, typed=typed_read(topic, 2, ["order_id"], meta=[])).table
+    bare_bytes = consumer_bytes() - after
+    assert bare.column_names == ["offset", "order_id"] and bare.column("offset").to_pylist() == list(range(160))
     full_bytes, projected_bytes = middle - before, after - middle
+    assert 0 < bare_bytes < 0.06 * full_bytes, (full_bytes, bare_bytes)  # 8 of ~230 bytes a row
     # What is left: the prefix every typed read carries (offset and timestamp, 16 bytes a row; key and headers,
     # null here, their 4-byte offsets) beside order_id's 8 bytes, against ~230 bytes a row read whole.
     assert 0 < projected_bytes < 0.2 * full_bytes, (full_bytes, projected_bytes)

@@ -98,8 +98,9 @@ def test_kafka_shaped_and_typed_batches_alternate_by_segment(tmp_path):
 
 def test_projection_keeps_the_prefix_and_the_columns_asked_for():
     stored = typed_record_schema(V2, 2)
-    assert projected_schema(stored, ["amount"]).names == ["offset", "timestamp", "key", "headers", "amount"]
-    assert projected_schema(stored, None).equals(stored, check_metadata=True)
+    assert projected_schema(stored, ["amount"]).names == ["timestamp", "key", "headers", "amount"]
+    assert projected_schema(stored, ["amount", "order_id"], ["key"]).names == ["key", "amount", "order_id"]
+    assert projected_schema(stored, None, []).names == ["order_id", "region", "amount"]
     with pytest.raises(Exception, match=r"\['nope'\] are not in schema version 2"):
         projected_schema(stored, ["nope"])
 

@@ -69,7 +69,9 @@ class TypedSource:
 
         # The predicates' columns are fetched too (the rows are checked here), but not returned.
         fetched = list(dict.fromkeys([*self.columns, *(p.column for p in self.predicates)]))
-        read: dict[str, Any] = {"topic": self.topic, "version": self.version, "columns": fetched}
+        # Only the meta columns the DataFrame has (offset always comes, rebuilt from the headers; headers never).
+        read: dict[str, Any] = {"topic": self.topic, "version": self.version, "columns": fetched,
+                                "meta": [name for name in ("timestamp", "key") if name in self.meta_columns]}
         if self.predicates:
             read["filters"] = [predicate_to_wire(p) for p in self.predicates]
         return read
