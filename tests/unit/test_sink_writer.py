@@ -118,3 +118,14 @@ def test_missing_topic_is_a_clear_error(fakes):
     with pytest.raises(UnknownTopicOrPartitionError, match="topic 'zz' does not exist; create it first"):
         writer.write_batches(parse_sink_options({"ads.bootstrap.servers": "h:1", "topic": "zz"}),
                              iter([batch(value=[b"1"])]))
+
+
+def test_a_batch_bound_for_one_partition_is_sent_as_it_came(fakes):
+    """The topic option and null keys: every row of a Spark batch goes to one partition in order, and the sink
+    sends the batch's own buffers (no take copy); a batch split over partitions is still split (above)."""
+    options = parse_sink_options({"ads.bootstrap.servers": "h:1", "topic": "a"})
+    values = pa.array([b"v%d" % i for i in range(100)], pa.binary())
+    writer.write_batches(options, iter([pa.RecordBatch.from_arrays([values], names=["value"])]))
+    [(topic, _, sent)] = fakes.sent
+    assert topic == "a" and sent.column("value").to_pylist() == values.to_pylist()
+    assert sent.column("value").buffers()[2].address == values.buffers()[2].address

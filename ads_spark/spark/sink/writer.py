@@ -182,12 +182,12 @@ def _write(options: SinkOptions, config: dict[str, str], identity: WriteTaskIden
         round_robin = identity.task_partition_id + batch_index
         for topic, indices in _rows_by_topic(rows, options):
             count = partition_counts.get(topic) or partition_counts.setdefault(topic, _partition_count(admin, topic))
-            keys = rows.records.column("key").take(indices)
-            explicit = rows.partitions.take(indices) if rows.partitions is not None else None
+            keys = _rows_at(rows.records.column("key"), indices)
+            explicit = _rows_at(rows.partitions, indices) if rows.partitions is not None else None
             chosen = assign_partitions(keys, explicit, count, round_robin, topic)
             limit = chunk_limits.get(topic) or chunk_limits.setdefault(topic, _chunk_bytes_max(admin, topic, config))
             for partition, subset in group_rows(chosen):
-                records = rows.records.take(indices[subset])
+                records = _rows_at(rows.records, indices[subset])
                 for records_chunk in _chunks(records, limit):
                     sent.append(_Sent(topic, partition, records_chunk.num_rows,
                                       producer.produce_arrow(topic, records_chunk, partition=partition),
@@ -201,6 +201,16 @@ def _write(options: SinkOptions, config: dict[str, str], identity: WriteTaskIden
     if undelivered:
         raise RequestTimedOutError(f"{undelivered} records were not acknowledged within {options.delivery_wait_s}s")
     return message
+
+
+def _rows_at(rows, indices):
+    """``rows.take(indices)`` for ascending, distinct indices, without the copy when they are every row: the
+    usual batch (the topic option, null keys) goes to one partition whole, and that copy was ~40% of the
+    sink's own CPU (docs/perf/typed-topics.md). The same rows in the same order, so the same cut and replays."""
+    count = len(rows)
+    if len(indices) == count and (count == 0 or (indices[0] == 0 and indices[-1] == count - 1)):
+        return rows
+    return rows.take(indices)
 
 
 def _chunk_bytes_max(admin, topic: str, config: Mapping[str, str]) -> int:
