@@ -106,3 +106,11 @@ def fill(bootstrap: str, typed_topic: str, json_topic: str, parquet_dir: Path, r
 def batch_count(rows: int) -> int:
     """Stored batches of each filled topic (one per produce_arrow call)."""
     return -(-rows // BATCH_ROWS)
+
+
+def row_bytes() -> dict[str, float]:
+    """Arrow bytes per row of the user columns, and of the two a projection reads (seq, s0): the floor of the
+    projected/full byte ratio before the stored records' own columns (offset, timestamp, key, headers)."""
+    sample = chunk(0, BATCH_ROWS)
+    return {"all_user_columns": sample.nbytes / sample.num_rows,
+            "seq_s0": (sample.column("seq").nbytes + sample.column("s0").nbytes) / sample.num_rows}

@@ -35,17 +35,22 @@ TARGETS = [
 ]
 
 
-def summarise(samples: dict, rows: int, batches: int) -> list[dict]:
-    """One row per case: medians with min-max, every sample kept."""
+CPU_KEYS = ("broker_cpu_s_per_m_rows", "jvm_cpu_s_per_m_rows", "python_workers_cpu_s_per_m_rows")
+
+
+def summarise(samples: dict, batches: int, skippable: int) -> list[dict]:
+    """One row per case: medians with min-max, every sample kept. A read's skipped fraction is the brokers'
+    counter capped at the batches the filter can skip at all (``skippable``: those holding no row it keeps),
+    as the counter counts a batch skipped by two fetches twice."""
     out = []
     for (mode, case), values in samples.items():
         for value in values:
-            value["skipped_fraction"] = value["batches_skipped"] / batches
+            value["skipped_fraction"] = min(value["batches_skipped"], skippable) / batches
         speeds = [v["rows_per_s"] for v in values]
         out.append({"mode": mode, "case": case, "rows_per_s": statistics.median(speeds), "min": min(speeds),
                     "max": max(speeds),
                     "fetch_mb": statistics.median(v["fetch_bytes"] for v in values) / 1e6,
-                    "broker_cpu_s_per_m_rows": statistics.median(v["broker_cpu_s_per_m_rows"] for v in values),
+                    **{key: statistics.median(v[key] for v in values) for key in CPU_KEYS},
                     "batches_skipped": statistics.median(v["batches_skipped"] for v in values),
                     "skipped_fraction": statistics.median(v["skipped_fraction"] for v in values),
                     "check": values[0]["check"], "samples": values})
@@ -71,13 +76,18 @@ def targets(rows: list[dict]) -> list[dict]:
 
 
 def print_tables(report: dict) -> None:
-    print(f"{report['rows']:,} rows, {report['batches_per_topic']} batches per topic, {report['runs']} runs; "
-          f"checksums (rows, sum seq, sum len s0): all {report['checksum_all']}, tail {report['checksum_tail']}")
-    print(f"{'mode':6} {'case':20} {'rows/s':>10} {'min-max':>21} {'MB sent':>9} {'CPU s/Mrow':>10} "
-          f"{'skipped':>8}  check")
+    print(f"{report['rows']:,} rows, {report['batches_per_topic']} batches per topic ({report['batches_skippable']} "
+          f"hold no row of the filter), {report['runs']} runs; "
+          f"checksums (rows, sum seq, sum len s0): all {report['checksum_all']}, tail {report['checksum_tail']}; "
+          f"Arrow bytes per row: user columns {report['row_bytes']['all_user_columns']:.1f}, seq+s0 "
+          f"{report['row_bytes']['seq_s0']:.1f}")
+    print("CPU: seconds per million rows of the brokers, the Spark JVM and its Python workers")
+    print(f"{'mode':6} {'case':20} {'rows/s':>10} {'min-max':>21} {'MB sent':>9} {'brokers':>7} {'JVM':>6} "
+          f"{'Python':>6} {'skipped':>8}  check")
     for r in report["cases"]:
         print(f"{r['mode']:6} {r['case']:20} {r['rows_per_s']:10,.0f} {r['min']:10,.0f}-{r['max']:<10,.0f} "
-              f"{r['fetch_mb']:9.1f} {r['broker_cpu_s_per_m_rows']:10.2f} {r['batches_skipped']:8.0f}  "
+              f"{r['fetch_mb']:9.1f} {r['broker_cpu_s_per_m_rows']:7.2f} {r['jvm_cpu_s_per_m_rows']:6.2f} "
+              f"{r['python_workers_cpu_s_per_m_rows']:6.2f} {r['batches_skipped']:8.0f}  "
               f"{(r['check'] or [])[:3]}")
     print()
     print(f"{'target':44} {'ratio':>7} {'min-max':>15} {'bound':>7}  met")
