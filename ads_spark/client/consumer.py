@@ -403,11 +403,16 @@ class Consumer(GroupMethods, TypedReadMethods):
         return self.fetch_range(tp, start_offset_inclusive, end_offset_exclusive, max_bytes).table
 
     def fetch_range(self, tp: TopicPartition, start_offset_inclusive: int, end_offset_exclusive: int,
-                    max_bytes: int | None = None, typed: dict | None = None) -> FetchedChunk:
+                    max_bytes: int | None = None, typed: dict | None = None,
+                    keep_until_exclusive: int | None = None) -> FetchedChunk:
         """As ``fetch_arrow``, with where reading [start, end) stopped: ``next_offset`` (<= end) is past every
         record returned and every offset compaction removed, so a reader of a range whose last offsets are gone
         finishes instead of waiting for them. ``next_offset == start``: nothing readable there yet (the HW).
-        With start >= end no fetch is made (the HW and log start are then -1: not asked)."""
+        With start >= end no fetch is made (the HW and log start are then -1: not asked).
+        ``keep_until_exclusive`` (>= end): the last fetch's rows up to it are kept too, and ``next_offset`` may
+        pass ``end`` up to it (a reader stepping through a longer range, which would otherwise fetch the
+        batches holding each step's end twice)."""
+        keep_until = max(end_offset_exclusive, keep_until_exclusive or end_offset_exclusive)
         tables, position, chunk = [], start_offset_inclusive, None
         while position < end_offset_exclusive:
             chunk = self.fetch_chunk(tp, position, max_bytes=max_bytes, typed=typed)
@@ -418,12 +423,12 @@ class Consumer(GroupMethods, TypedReadMethods):
             position = chunk.next_offset
             if position >= chunk.high_watermark:
                 break
-        table = slice_offsets(pa.concat_tables(tables), start_offset_inclusive, end_offset_exclusive) \
+        table = slice_offsets(pa.concat_tables(tables), start_offset_inclusive, keep_until) \
             if tables else empty_table()
         if chunk is None:
             return FetchedChunk(table, -1, -1, start_offset_inclusive)
         return FetchedChunk(table, chunk.high_watermark, chunk.log_start_offset,
-                            min(position, max(end_offset_exclusive, start_offset_inclusive)), chunk.leader_epoch)
+                            min(position, max(keep_until, start_offset_inclusive)), chunk.leader_epoch)
 
     def poll_arrow(self, timeout: float = 1.0) -> dict[TopicPartition, pa.Table]:
         """Records from the assigned partitions that have some, as tables; advances positions.

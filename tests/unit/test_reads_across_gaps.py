@@ -148,6 +148,14 @@ def test_fetch_arrow_returns_exactly_the_records_present_and_asks_for_no_offset_
     assert offsets_of(consumer.fetch_arrow(TopicPartition(TOPIC, 0), 4, 22)) == [5, 20, 21]
 
 
+def test_a_step_keeps_the_rest_of_its_last_batch_up_to_the_range_end_instead_of_fetching_it_again(gapped_log):
+    consumer, asked = consumer_over(gapped_log)
+    step = consumer.fetch_range(TopicPartition(TOPIC, 0), 20, 22, keep_until_exclusive=24)
+    assert offsets_of(step.table) == [20, 21, 22, 23] and step.next_offset == 24 and asked == [20]
+    plain = consumer.fetch_range(TopicPartition(TOPIC, 0), 20, 22)  # without: cut at the step, 22.. fetched again
+    assert offsets_of(plain.table) == [20, 21] and plain.next_offset == 22
+
+
 def test_a_range_whose_last_offsets_were_compacted_away_completes(gapped_log):
     consumer, asked = consumer_over(gapped_log)
     fetched = consumer.fetch_range(TopicPartition(TOPIC, 0), 26, LOG_END)

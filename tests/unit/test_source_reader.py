@@ -29,7 +29,7 @@ class FakeLog:
                          "key": pa.nulls(n, pa.binary()), "value": pa.array([b"v"] * n, pa.binary()),
                          "headers": pa.nulls(n, RECORD_SCHEMA.field("headers").type)}, schema=RECORD_SCHEMA)
 
-    def fetch_range(self, tp, start, end, max_bytes=None, typed=None):
+    def fetch_range(self, tp, start, end, max_bytes=None, typed=None, keep_until_exclusive=None):
         table = self.fetch_arrow(tp, start, end, max_bytes)
         next_offset = table.column("offset")[-1].as_py() + 1 if table.num_rows else start
         return SimpleNamespace(table=table, next_offset=next_offset)

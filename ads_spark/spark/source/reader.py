@@ -112,7 +112,9 @@ def _read_range(options: SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
         try:
             # next_offset passes the offsets compaction removed (a compacted topic has gaps, even at a range's
             # end), so a range whose last offsets are gone completes, and no step asks for a gap twice.
-            fetched = consumer.fetch_range(tp, position, upper, max_bytes=FETCH_BYTES_MAX, typed=typed_read)
+            # Rows past the step up to the range's end are kept: the batch holding the step's end is fetched once.
+            fetched = consumer.fetch_range(tp, position, upper, max_bytes=FETCH_BYTES_MAX, typed=typed_read,
+                                           keep_until_exclusive=r.end_offset_exclusive)
         except OffsetOutOfRangeError:
             position = _skip_to_log_start(admin, r, position, options.fail_on_data_loss)
             continue
