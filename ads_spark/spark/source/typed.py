@@ -133,7 +133,7 @@ def to_spark_batches(table: pa.Table, typed: TypedSource, partition: int) -> lis
     """A typed fetch's rows (prefix + user columns) as batches of exactly ``typed.arrow_schema()``,
     keeping only the rows every predicate holds for."""
     if typed.predicates and table.num_rows:
-        table = table.filter(matching_rows(typed.predicates, typed.user_schema))
+        table = table.filter(matching_rows(table, typed.predicates, typed.user_schema))
     rows = table.num_rows
     if not rows:
         return []
@@ -150,25 +150,27 @@ def to_spark_batches(table: pa.Table, typed: TypedSource, partition: int) -> lis
     return pa.Table.from_arrays(arrays, schema=target).combine_chunks().to_batches()
 
 
-def matching_rows(predicates: tuple[Predicate, ...], user_schema: pa.Schema) -> pc.Expression:
-    """The conjunction of ``predicates`` as one Arrow expression (nulls never match a comparison, as in SQL)."""
-    expression = None
+def matching_rows(table: pa.Table, predicates: tuple[Predicate, ...], user_schema: pa.Schema) -> pa.ChunkedArray:
+    """The rows of ``table`` every predicate holds for, as a boolean mask (a null never matches a comparison, as
+    in SQL). Compute kernels column by column, not an Acero expression: those warn about every Flight buffer
+    that is not 64-byte aligned."""
+    mask = None
     for p in predicates:
-        field, arrow_type = pc.field(p.column), user_schema.field(p.column).type
+        column, arrow_type = table.column(p.column), user_schema.field(p.column).type
         if p.kind == "is_null":
-            term = field.is_null()
+            term = pc.is_null(column)
         elif p.kind == "is_not_null":
-            term = field.is_valid()
+            term = pc.is_valid(column)
         elif p.kind == "in":
-            term = field.isin(pa.array(list(p.value), arrow_type))
+            term = pc.is_in(column, value_set=pa.array(list(p.value), arrow_type))
         elif p.kind == "starts_with":
-            term = pc.starts_with(field, pattern=p.value)
+            term = pc.starts_with(column, pattern=p.value)
         else:
-            value = pa.scalar(p.value, arrow_type)
-            term = {"=": field == value, "<": field < value, "<=": field <= value, ">": field > value,
-                    ">=": field >= value}[p.kind]
-        expression = term if expression is None else expression & term
-    return expression
+            compare = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater,
+                       ">=": pc.greater_equal}[p.kind]
+            term = compare(column, pa.scalar(p.value, arrow_type))
+        mask = term if mask is None else pc.and_kleene(mask, term)
+    return mask
 
 
 def typed_source(options, raw_options: dict) -> TypedSource | None:
