@@ -10,6 +10,7 @@ and a Kafka-shaped topic holding the same rows as JSON values, both filled befor
 * ``json``: the Kafka-shaped topic with ``from_json`` of seq and s0;
 * ``typed_full``: the typed topic, every column moved to Spark;
 * ``typed_projection``: the ``columns`` option, seq and s0;
+* ``typed_projection_schema``: a user ``.schema("seq bigint, s0 string")``, so no meta column is sent;
 * ``typed_filter_option`` / ``typed_filter_pushed``: the projection plus ``seq >= 0.9 N``, by the ``filter``
   option and by Spark's pushed filters (``pushFilters=true`` with Spark's Python pushdown conf on);
 
@@ -81,9 +82,11 @@ class Bench:
                 "batches_skipped": delta[1], "broker_cpu_s_per_m_rows": per_m[0], "jvm_cpu_s_per_m_rows": per_m[1],
                 "python_workers_cpu_s_per_m_rows": per_m[2], "check": outcome["value"]}
 
-    def reader(self, topic: str, local: bool, **options):
+    def reader(self, topic: str, local: bool, schema: str | None = None, **options):
         reader = self.spark.read.format("ads").option("ads.bootstrap.servers", self.bootstrap) \
             .option("subscribe", topic).option("ads.local.reads", "true" if local else "false")
+        if schema is not None:
+            reader = reader.schema(schema)
         for key, value in options.items():
             reader = reader.option(key, value)
         return reader.load()
@@ -135,6 +138,9 @@ def read_cases(bench: Bench, local: bool) -> dict:
     cases["typed_full"] = bench.measure(lambda: _checksum(bench.reader(bench.typed_topic, local)), bench.rows)
     cases["typed_projection"] = bench.measure(
         lambda: _checksum(bench.reader(bench.typed_topic, local, columns="seq,s0")), bench.rows)
+    # The user .schema(...) route: the DataFrame has no meta columns besides the offset, so none is sent.
+    cases["typed_projection_schema"] = bench.measure(
+        lambda: _checksum(bench.reader(bench.typed_topic, local, schema="seq bigint, s0 string")), bench.rows)
     cases["typed_filter_option"] = bench.measure(
         lambda: _checksum(bench.reader(bench.typed_topic, local, columns="seq,s0", filter=tail)), bench.rows)
     bench.spark.conf.set(PUSHDOWN_CONF, "true")

@@ -13,6 +13,8 @@ import statistics
 TARGETS = [
     ("projected bytes / full read's (flight)", ("flight", "typed_projection"), ("flight", "typed_full"),
      "fetch_bytes", 0.07, "max"),
+    ("projected bytes, user .schema (no meta) / full", ("flight", "typed_projection_schema"),
+     ("flight", "typed_full"), "fetch_bytes", 0.07, "max"),
     ("projected rows/s / typed full (flight)", ("flight", "typed_projection"), ("flight", "typed_full"),
      "rows_per_s", 2.0, "min"),
     ("projected rows/s / typed full (local)", ("local", "typed_projection"), ("local", "typed_full"),
