@@ -31,6 +31,7 @@ class SchemaCache:
         self._clock_ms = clock_ms or (lambda: time.monotonic() * 1000)
         self._lock = threading.Lock()
         self._versions: dict[tuple[str, int], pa.Schema] = {}  # (topic id, version) -> user schema
+        self._stored: dict[tuple[str, int], pa.Schema] = {}  # (topic id, version) -> typed record schema
         self._latest: dict[str, tuple[int, float]] = {}  # topic id -> (latest version, when read in ms)
 
     def user_schema(self, topic: str, topic_id: str, version: int) -> pa.Schema:
@@ -44,8 +45,18 @@ class SchemaCache:
         return found
 
     def stored_schema(self, topic: str, topic_id: str, version: int) -> pa.Schema:
-        """What a segment of ``version`` holds (``typed_record_schema``)."""
-        return typed_record_schema(self.user_schema(topic, topic_id, version), version)
+        """What a segment of ``version`` holds (``typed_record_schema``), built once per version: followers ask
+        for it for every fetched message."""
+        key = (topic_id, version)
+        with self._lock:
+            found = self._stored.get(key)
+        if found is None:
+            found = typed_record_schema(self.user_schema(topic, topic_id, version), version)
+            with self._lock:
+                if len(self._stored) >= VERSIONS_MAX:
+                    self._stored.clear()
+                self._stored[key] = found
+        return found
 
     def latest(self, topic: str, topic_id: str, at_least: int = 0) -> tuple[int, pa.Schema]:
         """(latest version, its user schema), re-read when stale or older than ``at_least``."""

@@ -201,7 +201,8 @@ class Producer:
         if batch is None or batch.num_rows == 0:
             raise InvalidRequestError("produce_arrow needs a non-empty batch")
         if schema_version is not None or is_typed_batch(batch):
-            conformed = fit_to_latest(self._schemas, batch, topic, schema_version or schema_id_of(batch.schema) or None)
+            named = schema_version if schema_version is not None else schema_id_of(batch.schema) or None
+            conformed = fit_to_latest(self._schemas, batch, topic, named)
         else:
             conformed = conform_produce_batch(batch)
         number = self._partitioner.choose(topic, None, partition)

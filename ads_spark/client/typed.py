@@ -24,7 +24,7 @@ from ads_spark.errors import CorruptMessageError, InvalidRecordError, InvalidReq
 from ads_spark.protocol import wire
 from ads_spark.protocol.records import ALL_ROWS, NO_SCHEMA_ID
 from ads_spark.protocol.typed_records import (
-    META_COLUMNS, TYPED_STORED_PREFIX, produce_columns, typed_produce_schema, with_offsets,
+    META_COLUMNS, TYPED_STORED_PREFIX, produce_columns, schema_id_of, typed_produce_schema, with_offsets,
 )
 from ads_spark.schemas import ipc
 
@@ -61,7 +61,10 @@ class TopicSchemas:
         return described
 
     def version(self, topic: str, version: int | None = None, fresh: bool = False) -> tuple[int, pa.Schema]:
-        """(version, user schema): the one asked for, or the latest; InvalidRequestError for a Kafka-shaped topic."""
+        """(version, user schema): the one asked for, or the latest; InvalidRequestError for a Kafka-shaped topic
+        or a version that is not a registered one's number."""
+        if version is not None and (type(version) is not int or version < 1):
+            raise InvalidRequestError(f"schema version must be a version number (>= 1), got {version!r}")
         described = self.describe(topic, version or 0, fresh)
         if described["schema_type"] != "arrow":
             raise InvalidRequestError(f"topic '{topic}' is not typed (schema.type={described['schema_type']})")
@@ -73,12 +76,17 @@ class TopicSchemas:
 
 
 def fit_to_version(batch: pa.RecordBatch, topic: str, version: int, registered: pa.Schema) -> pa.RecordBatch:
-    """``batch`` in the produce schema of ``version``, or InvalidRecordError naming every column that does not fit."""
+    """``batch`` in the produce schema of ``version``, or InvalidRecordError naming every column that does not fit.
+    A batch already in that schema (the Spark sink fits its rows before handing them to ``produce_arrow``) is
+    returned as it is: the leader checks it on the data anyway."""
+    target = typed_produce_schema(registered, version)
+    if batch.schema.equals(target, check_metadata=True):
+        return batch
     columns, problems = produce_columns(batch, registered, cast=True)
     if problems:
         raise InvalidRecordError(f"topic '{topic}' schema version {version}: " + "; ".join(problems)
                                  + "; nothing was sent")
-    return pa.RecordBatch.from_arrays(columns, schema=typed_produce_schema(registered, version))
+    return pa.RecordBatch.from_arrays(columns, schema=target)
 
 
 def fit_to_latest(schemas: TopicSchemas, batch: pa.RecordBatch, topic: str,
@@ -99,7 +107,6 @@ def fit_to_latest(schemas: TopicSchemas, batch: pa.RecordBatch, topic: str,
 
 def is_typed_batch(batch: pa.RecordBatch) -> bool:
     """A batch meant for a typed topic: it names a version, or has no Kafka-shaped ``value`` column."""
-    from ads_spark.protocol.typed_records import schema_id_of
     return schema_id_of(batch.schema) != NO_SCHEMA_ID or "value" not in batch.schema.names
 
 

@@ -76,6 +76,22 @@ def admin_for(config: Mapping[str, Any]):
     return _cached("admin", admin_config(config), Admin)
 
 
+# One pass over the brokers when a Spark read or write is planned; then the topic is taken as Kafka-shaped.
+SCHEMA_LOOKUP_TIMEOUT_MS = 10_000
+
+
+def describe_schema_once(admin, topic: str, when: str) -> dict[str, Any] | None:
+    """``admin.describe_schema(topic)`` asking each broker once within SCHEMA_LOOKUP_TIMEOUT_MS (no retries), or
+    None with a warning when none answers: planning goes on Kafka-shaped (the existing Spark options and their
+    errors keep working without a cluster), and a typed topic then fails with the brokers' error naming it."""
+    from ads_spark.errors import NetworkExceptionError, RequestTimedOutError
+    try:
+        return admin.describe_schema(topic, once_timeout_ms=SCHEMA_LOOKUP_TIMEOUT_MS)
+    except (NetworkExceptionError, RequestTimedOutError) as exc:
+        log.warning("no broker answered for topic '%s''s schema %s (%s); taking it as Kafka-shaped", topic, when, exc)
+        return None
+
+
 def consumer_for(config: Mapping[str, Any]):
     from ads_spark.client import Consumer
     return _cached("consumer", config, Consumer)

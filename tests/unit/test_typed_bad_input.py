@@ -159,3 +159,10 @@ def test_an_error_naming_thousands_of_columns_still_fits_grpc_metadata(name):
     assert "characters in all)" in wire.to_ads_error(raised).message
     short = wire.flight_error(InvalidRequestError("short"))
     assert str(short).startswith("INVALID_REQUEST: short") and wire.to_ads_error(short).message == "short"
+
+
+@pytest.mark.parametrize("version", [0, -1, "2", 1.0, True])
+def test_a_schema_version_that_is_not_a_version_number_is_refused_before_any_request(version):
+    from ads_spark.client.typed import TopicSchemas
+    with pytest.raises(InvalidRequestError, match="schema version must be a version number"):
+        TopicSchemas(connections=None).version("orders", version)

@@ -78,8 +78,11 @@ def check_fetched_messages(messages: Sequence[tuple[pa.Buffer, BatchHeader]], fi
     typed version ``schema_lookup`` gives) with the header's row count and offsets. Pure.
     """
     expected, previous = first_offset, None
+    schemas: dict[int, pa.Schema] = {}  # one look-up and check per version in the answer, not per message
     for message, header in messages:
-        schema = stored_schema_for(header.schema_id, schema_lookup)
+        schema = schemas.get(header.schema_id)
+        if schema is None:
+            schema = schemas[header.schema_id] = stored_schema_for(header.schema_id, schema_lookup)
         try:
             batch = ipc.read_record_batch(ipc.read_message(message), schema)
         except (pa.ArrowException, OSError) as exc:

@@ -18,19 +18,15 @@ Kafka-shaped topics.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StructType
 
-from ads_spark.errors import InvalidConfigError, NetworkExceptionError, RequestTimedOutError
+from ads_spark.errors import InvalidConfigError
 from ads_spark.schemas import compatibility, types
-
-log = logging.getLogger("ads.spark.sink")
-
-SCHEMA_LOOKUP_TIMEOUT_MS = 10_000
+from ads_spark.spark import clients
 
 # Kafka's sink columns a typed write also reads (a "topic" column is ignored: the option names the topic).
 SINK_META_COLUMNS = ("key", "partition", "timestamp", "headers", "topic")
@@ -53,7 +49,7 @@ def plan_typed_sink(admin, topic: str | None, schema: StructType, merge_schema: 
         return None
     if create and topic not in admin.list_topics():
         admin.create_topic(topic, schema=_user_arrow_schema(schema))
-    described = _describe(admin, topic)
+    described = clients.describe_schema_once(admin, topic, "when the write started")
     if described is None or described["schema_type"] != "arrow":
         if create or merge_schema:
             raise InvalidConfigError(f"options 'createTypedTopic' and 'mergeSchema' are for typed topics; "
@@ -72,16 +68,6 @@ def plan_typed_sink(admin, topic: str | None, schema: StructType, merge_schema: 
                                  f"to add them as nullable columns")
     _check_columns(topic, version, registered, schema)
     return TypedSink(topic, version, registered)
-
-
-def _describe(admin, topic: str) -> dict | None:
-    """The topic's schema description, asked once of each broker (a short wait, no retries); None when no
-    broker answers: the write goes the Kafka-shaped way, whose own checks and errors then apply."""
-    try:
-        return admin.describe_schema(topic, once_timeout_ms=SCHEMA_LOOKUP_TIMEOUT_MS)
-    except (NetworkExceptionError, RequestTimedOutError) as exc:
-        log.warning("no broker answered for topic '%s''s schema when the write started (%s)", topic, exc)
-        return None
 
 
 def _user_arrow_schema(schema: StructType) -> pa.Schema:

@@ -24,7 +24,6 @@ way then fails with the brokers' error naming it.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,15 +32,15 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from ads_spark.errors import AdsError, InvalidConfigError, NetworkExceptionError, RequestTimedOutError
+from ads_spark.errors import AdsError, InvalidConfigError
 from ads_spark.schemas.statistics import Predicate
+from ads_spark.spark import clients
 from ads_spark.spark.source.schema import BASE_FIELDS, SPARK_ARROW_TIMEZONE
 
-log = logging.getLogger("ads.spark.typed")
-
-SCHEMA_LOOKUP_TIMEOUT_MS = 10_000  # one pass over the brokers at load(); then the topic is taken as Kafka-shaped
-META_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType")
-_META_FIELDS = tuple(f for f in BASE_FIELDS if f.name in META_COLUMNS)
+# The Kafka source's columns a typed read returns after the topic's own (not typed_records.META_COLUMNS: those
+# are the stored record columns a fetch may send).
+SPARK_META_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType")
+_META_FIELDS = tuple(f for f in BASE_FIELDS if f.name in SPARK_META_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class TypedSource:
     version: int
     user_schema: pa.Schema  # the version's user columns, as registered
     columns: tuple[str, ...]  # the user columns read, in output order
-    meta_columns: tuple[str, ...] = META_COLUMNS  # the meta columns returned, in output order
+    meta_columns: tuple[str, ...] = SPARK_META_COLUMNS  # the meta columns returned, in output order
     predicates: tuple[Predicate, ...] = ()
 
     def spark_schema(self) -> StructType:
@@ -85,11 +84,7 @@ def lookup(admin, topics: list[str], columns_option: str | None) -> TypedSource 
         return None
     topic = topics[0]
     try:
-        answer = admin.describe_schema(topic, once_timeout_ms=SCHEMA_LOOKUP_TIMEOUT_MS)
-    except (NetworkExceptionError, RequestTimedOutError) as exc:
-        log.warning("no broker answered for topic '%s''s schema at load() (%s); reading it as Kafka-shaped",
-                    topic, exc)
-        answer = {"schema_type": "kafka"}
+        answer = clients.describe_schema_once(admin, topic, "at load()") or {"schema_type": "kafka"}
     except AdsError as exc:
         if columns_option is not None:
             raise InvalidConfigError(f"option 'columns': the schema of topic '{topic}' is unknown ({exc})") from None
@@ -125,8 +120,8 @@ def narrowed(typed: TypedSource, user_given: StructType | None) -> TypedSource:
                                  f"version {typed.version}: {typed.spark_schema().simpleString()}; columns "
                                  f"{wrong} are not in it (or have another type)")
     names = [f.name for f in user_given.fields]
-    return replace(typed, columns=tuple(n for n in names if n not in META_COLUMNS),
-                   meta_columns=tuple(n for n in names if n in META_COLUMNS))
+    return replace(typed, columns=tuple(n for n in names if n not in SPARK_META_COLUMNS),
+                   meta_columns=tuple(n for n in names if n in SPARK_META_COLUMNS))
 
 
 def to_spark_batches(table: pa.Table, typed: TypedSource, partition: int) -> list[pa.RecordBatch]:
@@ -176,7 +171,6 @@ def matching_rows(table: pa.Table, predicates: tuple[Predicate, ...], user_schem
 def typed_source(options, raw_options: dict) -> TypedSource | None:
     """The typed read the options and the topic ask for (None: a Kafka-shaped read), with the ``filter``
     option's predicates. Asks the brokers once (on the driver, as the options' user)."""
-    from ads_spark.spark import clients
     from ads_spark.spark.options import lower_keys
     from ads_spark.spark.source.filter_text import parse_filter
 
