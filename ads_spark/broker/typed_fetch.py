@@ -10,6 +10,7 @@ skipped batch still moves the reader's next offset, and a replay reads the same 
 
 from __future__ import annotations
 
+from ads_spark.config_schemas import ARROW, schema_type
 from ads_spark.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from ads_spark.protocol.typed_records import META_COLUMNS
 from ads_spark.schemas.projection import ProjectedRead
@@ -35,7 +36,7 @@ class TypedRead(ProjectedRead):
         known = broker.metadata.topics.get(topic)
         if known is None or not known.get("topic_id"):
             raise UnknownTopicOrPartitionError(f"topic '{topic}' is not known to this broker")
-        if broker.topic_config(topic).get("schema.type") != "arrow":
+        if schema_type(broker.topic_config(topic)) != ARROW:
             raise InvalidRequestError(f"topic '{topic}' is not typed (schema.type=kafka): read it without 'typed'")
         return cls(topic, known["topic_id"], typed["version"], typed.get("columns"), broker.schemas,
                    typed.get("filters"), typed.get("meta", META_COLUMNS))

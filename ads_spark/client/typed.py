@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ads_spark.config_schemas import ARROW
 from ads_spark.errors import CorruptMessageError, InvalidRecordError, InvalidRequestError
 from ads_spark.protocol import wire
 from ads_spark.protocol.records import ALL_ROWS, NO_SCHEMA_ID
@@ -66,7 +67,7 @@ class TopicSchemas:
         if version is not None and (type(version) is not int or version < 1):
             raise InvalidRequestError(f"schema version must be a version number (>= 1), got {version!r}")
         described = self.describe(topic, version or 0, fresh)
-        if described["schema_type"] != "arrow":
+        if described["schema_type"] != ARROW:
             raise InvalidRequestError(f"topic '{topic}' is not typed (schema.type={described['schema_type']})")
         chosen = described["latest"] if version is None else version
         if chosen not in described["versions"]:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ads_spark.config_schemas import ARROW, schema_type
 from ads_spark.protocol import request_schemas, wire
 from ads_spark.local_reads import describe_segments, host_identity
 from ads_spark.errors import AdsError, InvalidRecordError, ErrorCode, InvalidRequestError, InvalidTopicError, error_for
@@ -143,7 +144,7 @@ class DataHandlers:
                 raise InvalidRequestError("produce chunk carries no record batch")
             check_record_batch(batch, topic, partition)
             topic_config = self.broker.topic_config(topic)
-            if topic_config.get("schema.type") == "arrow":
+            if schema_type(topic_config) == ARROW:
                 topic_id = self.replicas.get(topic, partition).topic_id
                 conformed = conform_typed_batch(batch, topic, topic_id, self.broker.schemas)
             else:

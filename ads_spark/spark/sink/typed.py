@@ -24,6 +24,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StructType
 
+from ads_spark.config_schemas import ARROW
 from ads_spark.errors import InvalidConfigError
 from ads_spark.schemas import compatibility, types
 from ads_spark.spark import clients
@@ -50,7 +51,7 @@ def plan_typed_sink(admin, topic: str | None, schema: StructType, merge_schema: 
     if create and topic not in admin.list_topics():
         admin.create_topic(topic, schema=_user_arrow_schema(schema))
     described = clients.describe_schema_once(admin, topic, "when the write started")
-    if described is None or described["schema_type"] != "arrow":
+    if described is None or described["schema_type"] != ARROW:
         if create or merge_schema:
             raise InvalidConfigError(f"options 'createTypedTopic' and 'mergeSchema' are for typed topics; "
                                      f"'{topic}' is Kafka-shaped")

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
+from ads_spark.config_schemas import ARROW, KAFKA
 from ads_spark.errors import AdsError, InvalidConfigError
 from ads_spark.schemas.statistics import Predicate
 from ads_spark.spark import clients
@@ -84,12 +85,12 @@ def lookup(admin, topics: list[str], columns_option: str | None) -> TypedSource 
         return None
     topic = topics[0]
     try:
-        answer = clients.describe_schema_once(admin, topic, "at load()") or {"schema_type": "kafka"}
+        answer = clients.describe_schema_once(admin, topic, "at load()") or {"schema_type": KAFKA}
     except AdsError as exc:
         if columns_option is not None:
             raise InvalidConfigError(f"option 'columns': the schema of topic '{topic}' is unknown ({exc})") from None
         return None  # an unknown topic reads as Kafka's source reads it (created later, or an error then)
-    if answer.get("schema_type") != "arrow" or not answer.get("versions"):
+    if answer.get("schema_type") != ARROW or not answer.get("versions"):
         if columns_option is not None:
             raise InvalidConfigError(f"option 'columns' is for typed topics; '{topic}' is Kafka-shaped")
         return None
